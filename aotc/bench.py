@@ -1,0 +1,105 @@
+"""`aotc bench`: latency of a compiled model, and of onnxruntime on the same inputs in the
+same process and run, so the ratio is measured, not remembered."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Timing:
+    name: str
+    runs: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    throughput_per_s: float
+
+    @staticmethod
+    def from_samples(name: str, samples_s: list[float]) -> Timing:
+        ms = np.array(samples_s) * 1e3
+        p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+        return Timing(name, len(ms), float(p50), float(p90), float(p99), float(ms.mean()),
+                      float(1e3 / p50))
+
+
+@dataclass
+class BenchReport:
+    artifact: str
+    threads: int
+    timings: list[Timing] = field(default_factory=list)
+    max_abs_diff: float | None = None
+
+    def ratio(self) -> float | None:
+        """aotc p50 / onnxruntime p50 (>1 means aotc is slower)."""
+        if len(self.timings) < 2:
+            return None
+        return self.timings[0].p50_ms / self.timings[1].p50_ms
+
+    def table(self) -> str:
+        lines = [f"{'engine':14s} {'p50 ms':>9s} {'p90 ms':>9s} {'p99 ms':>9s} {'runs/s':>9s}"]
+        for t in self.timings:
+            lines.append(f"{t.name:14s} {t.p50_ms:9.3f} {t.p90_ms:9.3f} {t.p99_ms:9.3f} "
+                         f"{t.throughput_per_s:9.1f}")
+        lines.append(f"threads: {self.threads}, runs: {self.timings[0].runs} (after warm-up)")
+        if self.ratio() is not None:
+            lines.append(f"aotc / onnxruntime (p50): {self.ratio():.2f}x; max |diff| of outputs "
+                         f"{self.max_abs_diff:.3g}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "ratio_vs_onnxruntime": self.ratio()}, indent=2)
+
+
+def time_callable(fn, runs: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def thread_count() -> int:
+    """The thread count both engines get: TVM's TVM_NUM_THREADS (set from AOTC_NUM_THREADS),
+    else all cores, as TVM's pool does."""
+    from aotc import settings
+    settings.apply_thread_setting()
+    return int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count() or 1)
+
+
+def onnxruntime_session(onnx_path: str, threads: int):
+    import onnxruntime as ort  # pylint: disable=import-outside-toplevel
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(onnx_path, opts, providers=["CPUExecutionProvider"])
+
+
+def run_bench(artifact: str, onnx_path: str | None = None, runs: int = 50,
+              warmup: int = 5) -> BenchReport:
+    from aotc.runtime import load
+    from aotc.runtime.inputs import random_inputs
+
+    threads = thread_count()
+    model = load(artifact)
+    feed = random_inputs(model.signature)
+    report = BenchReport(artifact, threads)
+    report.timings.append(Timing.from_samples("aotc", time_callable(
+        lambda: model.run(feed), runs, warmup)))
+    if onnx_path:
+        session = onnxruntime_session(onnx_path, threads)
+        report.timings.append(Timing.from_samples("onnxruntime", time_callable(
+            lambda: session.run(None, feed), runs, warmup)))
+        ours = list(model.run(feed).values())
+        theirs = session.run(None, feed)
+        report.max_abs_diff = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs))
+    return report

@@ -1,0 +1,145 @@
+"""The aotc command line: parses, validates, calls the API. No logic lives here.
+
+Exit codes: 0 success, 1 failure (one-line reason; full trace with --verbose), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import click
+
+from aotc import settings
+from aotc.errors import AotcError
+
+
+class _Ctx:
+    verbose = False
+
+
+def _fail(err: BaseException) -> None:
+    if _Ctx.verbose or settings.VERBOSE.get() == "1":
+        traceback.print_exception(err)
+    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def _guard(func):
+    """Turn any exception into the one-line failure (exit 1)."""
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, SystemExit):
+            raise
+        except AotcError as err:
+            _fail(err)
+        except Exception as err:  # pylint: disable=broad-except
+            _fail(RuntimeError(f"internal error ({type(err).__name__}): {err}"))
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+def _progress(start: float):
+    def say(message: str) -> None:
+        click.echo(f"[{time.perf_counter() - start:6.1f}s] {message}", err=True)
+    return say
+
+
+@click.group()
+@click.option("--verbose", is_flag=True, help="Print full tracebacks on failure.")
+@click.version_option(package_name="aotc")
+def main(verbose: bool) -> None:
+    """aotc: compile ONNX / PyTorch models to one .so and run them."""
+    _Ctx.verbose = verbose
+
+
+@main.command("compile")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--target", "-t", default="x86", show_default=True, help="See `aotc targets`.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False))
+@click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D1,D2,...",
+              help="Fix an input's shape (repeatable).")
+@click.option("--dump-ir", type=click.Path(file_okay=False), help="Write the IR after each phase.")
+@_guard
+def compile_cmd(model, target, output, input_shape, dump_ir):
+    """Compile MODEL (.onnx or .pt2) into one shared library."""
+    from aotc.api import compile as compile_model
+    from aotc.compiler.frontends.shapes import parse_input_shape
+
+    shapes = dict(parse_input_shape(s) for s in input_shape)
+    start = time.perf_counter()
+    meta = compile_model(model, target, output, input_shapes=shapes, dump_ir=dump_ir,
+                         progress=_progress(start))
+    click.echo(f"wrote {output} ({Path(output).stat().st_size / 1e6:.1f} MB, target "
+               f"{meta['target']['name']}, {meta['compile_seconds']} s)")
+
+
+@main.command("run")
+@click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy")
+@click.option("--output-dir", type=click.Path(file_okay=False), help="Write outputs as .npy.")
+@_guard
+def run_cmd(artifact, inputs, output_dir):
+    """Run a compiled model once (random inputs unless --input is given)."""
+    from aotc.runtime import load
+    from aotc.runtime.inputs import load_npy_inputs, random_inputs
+
+    model = load(artifact)
+    feed = load_npy_inputs(inputs) if inputs else random_inputs(model.signature)
+    outputs = model.run(feed)
+    for name, value in outputs.items():
+        click.echo(f"{name}: {value.dtype}{list(value.shape)} mean={value.mean():.6g} "
+                   f"min={value.min():.6g} max={value.max():.6g}")
+        if output_dir:
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            np_path = Path(output_dir) / f"{_safe(name)}.npy"
+            __import__("numpy").save(np_path, value)
+            click.echo(f"  -> {np_path}")
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+@main.command("bench")
+@click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
+@click.option("--compare-onnx", type=click.Path(exists=True, dir_okay=False),
+              help="Also time this ONNX model in onnxruntime on the same inputs.")
+@click.option("--runs", default=50, show_default=True, type=click.IntRange(1))
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0))
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write results as JSON.")
+@_guard
+def bench_cmd(artifact, compare_onnx, runs, warmup, json_out):
+    """Latency percentiles and throughput, optionally against onnxruntime."""
+    from aotc.bench import run_bench
+    report = run_bench(artifact, compare_onnx, runs=runs, warmup=warmup)
+    click.echo(report.table())
+    if json_out:
+        Path(json_out).write_text(report.to_json())
+
+
+@main.command("inspect")
+@click.argument("model", type=click.Path(dir_okay=False))
+@_guard
+def inspect_cmd(model):
+    """Op table (op, count, supported) and signature of an ONNX model or compiled .so."""
+    from aotc.inspect import describe
+    click.echo(describe(model))
+
+
+@main.command("targets")
+@_guard
+def targets_cmd():
+    """List the targets aotc can compile for."""
+    from aotc.targets import all_targets
+    for spec in all_targets():
+        click.echo(f"{spec.name:12s} {spec.description}")
+
+
+if __name__ == "__main__":
+    main()

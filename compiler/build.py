@@ -1,0 +1,80 @@
+"""Build and export: scheduled Relax module -> one .so with the metadata and hash inside."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import tvm
+from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
+
+from aotc.errors import CompileError
+from aotc.runtime import artifact
+from aotc.targets import TargetSpec
+
+from .frontends import ImportedModel
+from .lower import unscheduled_functions
+from .pipeline import run_phases
+
+Progress = Callable[[str], None]
+
+
+def versions() -> dict:
+    return {pkg: importlib.metadata.version(pkg)
+            for pkg in ("aotc", "apache-tvm", "apache-tvm-ffi")}
+
+
+def _finalize_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
+    """Only TVM's post-scheduling Relax passes: its default pipeline would legalize and fuse
+    again, which we have already done (and scheduled)."""
+    return tvm.transform.Sequential(cpu_pipeline.dataflow_lower_passes(target)
+                                    + cpu_pipeline.finalize_passes(target))
+
+
+def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
+          dump_ir: Path | None = None, progress: Progress | None = None) -> dict:
+    """Compile ``model`` for ``spec`` into ``output``; returns the embedded metadata."""
+    say = progress or (lambda _msg: None)
+    target = tvm.target.Target(spec.tvm_target)
+    start = time.perf_counter()
+    mod = _phase("optimize", lambda: run_phases(model.mod, spec, target, dump_ir,
+                                               lambda p: say(f"phase {p}")))
+    say("phase codegen (LLVM)")
+    executable = _phase("codegen", lambda: relax.build(
+        mod, target, relax_pipeline=_finalize_pipeline(target)))
+    metadata = {
+        "signature": model.signature.to_json(),
+        "target": {"name": spec.name, "tvm": spec.tvm_target},
+        "versions": versions(),
+        "source": Path(model.source).name,
+        "unscheduled_kernels": unscheduled_functions(mod),
+        "built_unix_time": int(time.time()),
+    }
+    say("phase export")
+    _phase("export", lambda: _export(executable, Path(output), metadata))
+    metadata["compile_seconds"] = round(time.perf_counter() - start, 2)
+    return metadata
+
+
+def _phase(name: str, work):
+    try:
+        return work()
+    except Exception as err:  # TVM errors carry long C++ traces; keep the last line
+        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise CompileError(f"compile phase {name!r} failed: {last}") from err
+
+
+def _export(executable, output: Path, metadata: dict) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="aotc-") as tmp:
+        c_file = Path(tmp) / "aotc_metadata.c"
+        c_file.write_text(artifact.c_source(artifact.metadata_blob(metadata)))
+        staging = Path(tmp) / output.name
+        executable.export_library(str(staging), addons=[str(c_file)])
+        artifact.seal(staging)
+        shutil.move(str(staging), str(output))

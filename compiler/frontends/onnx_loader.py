@@ -1,0 +1,100 @@
+"""ONNX frontend: file or ModelProto -> validated Relax module + signature.
+
+Order matters: read the file (refusing external data outside the model's folder), check ops,
+work out input shapes, and only then call TVM's importer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+from onnx import external_data_helper
+
+from aotc.errors import CompileError, ModelLoadError
+from aotc.runtime.signature import ModelSignature, TensorSpec
+
+from .imported import ImportedModel, output_specs
+from .onnx_ops import check_ops
+from .shapes import apply_overrides
+
+
+def read_onnx(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """Load the model and its external data; returns (model, name for messages)."""
+    if isinstance(source, onnx.ModelProto):
+        if any(external_data_helper.uses_external_data(t) for t in _initializers(source)):
+            raise ModelLoadError("in-memory ModelProto refers to external data files; pass the "
+                                 "model's path so they can be resolved in its folder")
+        return source, "<ModelProto>"
+    path = Path(source)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such model file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # protobuf raises DecodeError and friends
+        raise ModelLoadError(f"{path}: not a readable ONNX model ({type(err).__name__}: {err})") from None
+    _check_external_data(model, path)
+    if any(external_data_helper.uses_external_data(t) for t in _initializers(model)):
+        external_data_helper.load_external_data_for_model(model, str(path.parent))
+    return model, str(path)
+
+
+def _initializers(model: onnx.ModelProto):
+    return list(model.graph.initializer)
+
+
+def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
+    """External data must be a file inside the model's folder: a model must not be able to
+    make the compiler read /etc/passwd or a neighbour's weights."""
+    folder = path.parent.resolve()
+    for tensor in _initializers(model):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        target = (folder / location).resolve()
+        if os.path.isabs(location) or folder not in target.parents:
+            raise ModelLoadError(f"{path}: initializer {tensor.name!r} refers to external data "
+                                 f"{location!r} outside the model's folder {folder}")
+        if not target.is_file():
+            raise ModelLoadError(f"{path}: initializer {tensor.name!r} refers to missing external "
+                                 f"data file {location!r}")
+
+
+def _elem_dtype(elem_type: int) -> str:
+    return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
+    """Real inputs: graph inputs that are not initializers (old exports list weights too)."""
+    weights = {t.name for t in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in weights:
+            continue
+        tensor = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0
+                     else (d.dim_param or "?") for d in tensor.shape.dim)
+        specs.append(TensorSpec(value.name, dims, _elem_dtype(tensor.elem_type)))
+    return specs
+
+
+def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) -> ImportedModel:
+    model, name = read_onnx(source)
+    check_ops(model, name)
+    inputs = graph_inputs(model)
+    shapes = apply_overrides({t.name: t.shape for t in inputs}, input_shapes or {}, name)
+    unknown = [n for n, s in shapes.items() if "?" in s]
+    if unknown:
+        raise ModelLoadError(f"{name}: input(s) {unknown} have unnamed dynamic dimensions; fix "
+                             "them with --input-shape NAME=D1,D2,...")
+    inputs = [TensorSpec(t.name, tuple(shapes[t.name]), t.dtype) for t in inputs]
+    from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
+    try:
+        mod = from_onnx(model, shape_dict={t.name: list(t.shape) for t in inputs},
+                        dtype_dict={t.name: t.dtype for t in inputs}, keep_params_in_input=False)
+    except Exception as err:  # TVM's importer raises many kinds; say where it happened
+        raise CompileError(f"{name}: TVM's ONNX importer failed: {type(err).__name__}: "
+                           f"{str(err).strip().splitlines()[-1] if str(err).strip() else ''}") from err
+    outputs = output_specs(mod, [o.name for o in model.graph.output])
+    return ImportedModel(mod, ModelSignature(tuple(inputs), outputs), name)

@@ -1,0 +1,57 @@
+"""The compile pipeline: a list of passes per phase, run under the target.
+
+Phases (names are what --dump-ir writes):
+  simplify  inference-only decomposition (BatchNorm -> scale/shift), constant folding, and our
+            clean-up of importer output that would block layout conversion
+  layout    conv2d to NHWC data / HWIO weights: the channel axis becomes innermost in both, which
+            is what the CPU schedules vectorize; folding then pre-transposes the weights
+  lower     Relax ops -> TIR PrimFuncs, fused (one fused kernel = one tuning task)
+  schedule  a schedule for every PrimFunc (compiler/lower)
+  finalize  TVM's dataflow lowering and memory planning (tvm.compile does the rest)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import tvm
+from tvm import relax
+
+from aotc.targets import TargetSpec
+
+from .lower import default_schedule_pass
+from .passes import LiftMinMaxCallTIR
+
+
+def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
+    return [
+        ("simplify", [relax.transform.DecomposeOpsForInference(),
+                      relax.transform.FoldConstant(),
+                      LiftMinMaxCallTIR()]),
+        ("layout", [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
+                    relax.transform.FoldConstant()]),
+        ("lower", [relax.transform.LegalizeOps(),
+                   relax.transform.AnnotateTIROpPattern(),
+                   relax.transform.FoldConstant(),
+                   relax.transform.FuseOps(),
+                   relax.transform.FuseTIR()]),
+        ("schedule", [default_schedule_pass(spec)]),
+    ]
+
+
+def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
+               dump_dir: Path | None = None,
+               on_phase: Callable[[str], None] | None = None) -> tvm.IRModule:
+    """Run every phase; optionally write the IR after each to ``dump_dir/NN_phase.py``."""
+    if dump_dir:
+        dump_dir.mkdir(parents=True, exist_ok=True)
+        (dump_dir / "00_imported.py").write_text(mod.script(show_meta=False))
+    with target:
+        for index, (name, passes) in enumerate(phases(spec), start=1):
+            if on_phase:
+                on_phase(name)
+            mod = tvm.transform.Sequential(passes, name=f"aotc.{name}")(mod)
+            if dump_dir:
+                (dump_dir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))
+    return mod

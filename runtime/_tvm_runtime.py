@@ -1,0 +1,46 @@
+"""Load TVM's runtime without TVM's compiler.
+
+``import tvm`` pulls in the 259 MB libtvm_compiler.so and torch (~3 s). A deployed model needs
+only libtvm_runtime.so (from the same wheel) and tvm_ffi. tvm_ffi imports torch eagerly when
+it is installed, so torch is hidden from it during its import."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import sys
+from pathlib import Path
+
+_STATE = {}
+
+
+def _runtime_library() -> Path:
+    spec = importlib.util.find_spec("tvm")  # finds the package without executing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("apache-tvm is not installed: it provides libtvm_runtime.so")
+    lib = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libtvm_runtime.so"
+    if not lib.is_file():
+        raise ImportError(f"libtvm_runtime.so not found at {lib}")
+    return lib
+
+
+def _import_tvm_ffi():
+    hide_torch = "torch" not in sys.modules
+    if hide_torch:
+        sys.modules["torch"] = None  # makes `import torch` fail fast inside tvm_ffi
+    try:
+        import tvm_ffi  # pylint: disable=import-outside-toplevel
+    finally:
+        if hide_torch:
+            del sys.modules["torch"]
+    return tvm_ffi
+
+
+def tvm_ffi():
+    """The tvm_ffi module, with libtvm_runtime loaded (VM and its builtins registered)."""
+    if "ffi" not in _STATE:
+        ffi = _import_tvm_ffi()  # first: libtvm_runtime.so links against its libtvm_ffi.so
+        if "tvm" not in sys.modules:  # with full TVM imported, its runtime is already there
+            ctypes.CDLL(str(_runtime_library()), mode=ctypes.RTLD_GLOBAL)
+        _STATE["ffi"] = ffi
+    return _STATE["ffi"]

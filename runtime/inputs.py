@@ -1,0 +1,39 @@
+"""Making inputs for a signature: random ones for `aotc run` / `aotc bench`, or from .npy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aotc.errors import AotcError
+
+from .signature import ModelSignature
+
+
+def random_inputs(signature: ModelSignature, seed: int = 0, dim_default: int = 1) -> dict:
+    """Random arrays matching the signature; symbolic dims get ``dim_default``. Integer
+    inputs (token ids, indices) are drawn from [0, 2): the only range valid for any model."""
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for spec in signature.inputs:
+        shape = tuple(d if isinstance(d, int) else dim_default for d in spec.shape)
+        if np.issubdtype(np.dtype(spec.dtype), np.integer):
+            feed[spec.name] = rng.integers(0, 2, size=shape).astype(spec.dtype)
+        elif spec.dtype == "bool":
+            feed[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            feed[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+    return feed
+
+
+def load_npy_inputs(items) -> dict:
+    """['name=file.npy', ...] -> {name: array}."""
+    feed = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise AotcError(f"bad --input {item!r}: expected NAME=FILE.npy")
+        try:
+            feed[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise AotcError(f"--input {name}: cannot read {path}: {err}") from None
+    return feed

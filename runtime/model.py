@@ -1,0 +1,90 @@
+"""A loaded model: checks inputs against the signature, runs the Relax VM, returns numpy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from aotc import settings
+from aotc.errors import ArtifactError, InputMismatchError
+
+from ._tvm_runtime import tvm_ffi
+from .artifact import read_metadata
+from .signature import ModelSignature, TensorSpec
+
+# vm_initialization(device_type, device_id, allocator, host_type, host_id, host_allocator):
+# kDLCPU = 1, pooled allocator = 2.
+_CPU_POOLED = (1, 0, 2, 1, 0, 2)
+
+
+class Model:
+    """A compiled aotc model. Call it with numpy arrays by input name (or positionally)."""
+
+    def __init__(self, path: str | Path, verify: bool = True):
+        self.path = Path(path)
+        self.metadata = read_metadata(self.path, verify=verify)
+        self.signature = ModelSignature.from_json(self.metadata["signature"])
+        settings.apply_thread_setting()
+        ffi = tvm_ffi()
+        try:
+            self._lib = ffi.load_module(str(self.path))
+            self._vm = self._lib["vm_load_executable"]()
+        except Exception as err:
+            raise ArtifactError(f"{self.path}: TVM runtime could not load it: {err}") from None
+        self._vm["vm_initialization"](*_CPU_POOLED)
+        self._main = self._vm["main"]
+        self._from_dlpack = ffi.from_dlpack
+
+    @property
+    def target(self) -> dict:
+        return self.metadata["target"]
+
+    def __call__(self, *args: np.ndarray, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+        if args:
+            if len(args) > len(self.signature.inputs):
+                raise InputMismatchError(f"{len(args)} positional inputs given, model takes "
+                                         f"{len(self.signature.inputs)}")
+            inputs = {**dict(zip(self.signature.input_names(), args)), **inputs}
+        return self.run(inputs)
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; returns {output name: array}."""
+        arrays = check_inputs(self.signature, inputs)
+        result = self._main(*[self._from_dlpack(a) for a in arrays])
+        outputs = list(result) if not hasattr(result, "__dlpack__") else [result]
+        names = [o.name for o in self.signature.outputs]
+        names += [f"output{i}" for i in range(len(names), len(outputs))]
+        return {name: np.from_dlpack(out) for name, out in zip(names, outputs)}
+
+
+def check_inputs(signature: ModelSignature, inputs: dict) -> list[np.ndarray]:
+    """Inputs in signature order, contiguous; any mismatch raises with expected vs. got."""
+    expected = signature.input_names()
+    missing = [n for n in expected if n not in inputs]
+    unknown = [n for n in inputs if n not in expected]
+    if missing or unknown:
+        raise InputMismatchError(f"inputs do not match the model: missing {missing}, unknown "
+                                 f"{unknown}; expected {expected}")
+    bound: dict[str, int] = {}
+    return [_check_one(spec, inputs[spec.name], bound) for spec in signature.inputs]
+
+
+def _check_one(spec: TensorSpec, value, bound: dict[str, int]) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise InputMismatchError(f"input {spec.name!r}: expected a numpy array, got "
+                                 f"{type(value).__name__}")
+    if str(value.dtype) != spec.dtype:
+        raise InputMismatchError(f"input {spec.name!r}: expected dtype {spec.dtype}, got "
+                                 f"{value.dtype}")
+    if value.ndim != len(spec.shape) or not all(
+            _dim_matches(want, got, bound) for want, got in zip(spec.shape, value.shape)):
+        raise InputMismatchError(f"input {spec.name!r}: expected shape "
+                                 f"{list(spec.shape)}, got {list(value.shape)}")
+    return np.ascontiguousarray(value)
+
+
+def _dim_matches(want, got: int, bound: dict[str, int]) -> bool:
+    if isinstance(want, int):
+        return want == got
+    return bound.setdefault(want, got) == got and got > 0
