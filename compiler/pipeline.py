@@ -21,7 +21,7 @@ from tvm import relax
 from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
-from .passes import LiftMinMaxCallTIR
+from .passes import ConvertLayoutNHWC, LiftMinMaxCallTIR
 
 
 def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
@@ -29,8 +29,7 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
         ("simplify", [relax.transform.DecomposeOpsForInference(),
                       relax.transform.FoldConstant(),
                       LiftMinMaxCallTIR()]),
-        ("layout", [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
-                    relax.transform.FoldConstant()]),
+        ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
         ("lower", [relax.transform.LegalizeOps(),
                    relax.transform.AnnotateTIROpPattern(),
                    relax.transform.FoldConstant(),

@@ -1,5 +1,6 @@
 """aotc's own Relax passes, one per file (see each module's docstring for where it sits)."""
 
+from .convert_layout_nhwc import ConvertLayoutNHWC
 from .lift_minmax_call_tir import LiftMinMaxCallTIR
 
-__all__ = ["LiftMinMaxCallTIR"]
+__all__ = ["ConvertLayoutNHWC", "LiftMinMaxCallTIR"]

@@ -1,0 +1,33 @@
+"""ConvertLayoutNHWC: conv2d to NHWC data / HWIO weights, or the module unchanged.
+
+Why: with channels innermost in both the output and the weights, the CPU contraction schedule
+vectorizes over output channels with contiguous loads. TVM's ConvertLayout rejects some graphs
+outright (AlexNet's grouped conv + LRN-as-avg_pool3d: "Expected nested to match tuple"); then
+the model stays NCHW, where the same schedule vectorizes along the image width instead: slower,
+still correct. The fallback is logged, not silent.
+
+Where: after constant folding (so the weight transposes it inserts fold away), before
+legalization.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import relax
+
+LOG = logging.getLogger("aotc.passes")
+
+
+@tvm.transform.module_pass(opt_level=0, name="ConvertLayoutNHWC")
+class ConvertLayoutNHWC:
+    """See the module docstring."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        try:
+            return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
+        except Exception as err:  # pylint: disable=broad-except  # TVM raises InternalError
+            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            LOG.warning("ConvertLayout to NHWC refused this model, keeping NCHW: %s", reason)
+            return mod

@@ -1,0 +1,36 @@
+"""End to end: example models and the onnx package's light model zoo, compiled and compared
+with onnxruntime on the same random inputs (rtol/atol 1e-4 unless stated)."""
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+from aotc.examples.export_onnx import export
+from helpers import check_against_onnxruntime
+
+LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+                "shufflenet", "squeezenet", "vgg19", "zfnet512"]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2"])
+def test_example_cnn_matches_onnxruntime(name, example_onnx_dir, tmp_path):
+    model, _ = check_against_onnxruntime(export(name, example_onnx_dir), tmp_path)
+    assert model.metadata["unscheduled_kernels"] == []
+
+
+@pytest.mark.slow
+def test_example_bert_matches_onnxruntime(example_onnx_dir, tmp_path):
+    # 4 layers of 768-wide fp32 matmuls + erf-GELU: errors of ~4e-6 on outputs of |x|~4 seen.
+    model, _ = check_against_onnxruntime(export("bert", example_onnx_dir), tmp_path,
+                                         rtol=1e-3, atol=1e-4)
+    assert model.metadata["unscheduled_kernels"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_matches_onnxruntime(name, tmp_path):
+    path = LIGHT_DIR / f"light_{name}.onnx"
+    # ConstantOfShape weights are all 1.0: activations grow large, so compare relatively.
+    check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-5)
