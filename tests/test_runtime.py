@@ -1,0 +1,74 @@
+"""The runtime: input checks, integrity check, and that it stays free of the compiler."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import aotc
+from aotc.errors import ArtifactError, InputMismatchError
+
+
+@pytest.fixture(scope="module")
+def model(tiny_so):
+    return aotc.load(tiny_so)
+
+
+def test_signature_is_embedded(model):
+    sig = model.signature
+    assert [(t.name, t.shape, t.dtype) for t in sig.inputs] == [("x", (1, 8, 12, 12), "float32")]
+    assert [(t.name, t.shape) for t in sig.outputs] == [("y", (1, 10))]
+    assert model.metadata["versions"]["apache-tvm"] == "0.27.0.post1"
+
+
+def test_call_styles_agree(model):
+    x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    a, b, c = model(x)["y"], model(x=x)["y"], model.run({"x": x})["y"]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("feed, message", [
+    ({"x": np.zeros((1, 8, 12, 11), np.float32)}, r"expected shape \[1, 8, 12, 12\], got \[1, 8, 12, 11\]"),
+    ({"x": np.zeros((1, 8, 12, 12), np.float64)}, "expected dtype float32, got float64"),
+    ({"y": np.zeros((1, 8, 12, 12), np.float32)}, r"missing \['x'\], unknown \['y'\]"),
+    ({"x": [[1.0]]}, "expected a numpy array, got list"),
+])
+def test_wrong_inputs_say_expected_vs_got(model, feed, message):
+    with pytest.raises(InputMismatchError, match=message):
+        model.run(feed)
+
+
+def test_non_contiguous_input_is_accepted(model):
+    x = np.random.default_rng(0).standard_normal((1, 8, 12, 24)).astype(np.float32)[..., ::2]
+    np.testing.assert_allclose(model(x=x)["y"], model(x=np.ascontiguousarray(x))["y"])
+
+
+def test_tampered_library_is_refused(tiny_so, tmp_path):
+    data = bytearray(tiny_so.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad = tmp_path / "tampered.so"
+    bad.write_bytes(data)
+    with pytest.raises(ArtifactError, match="integrity check failed"):
+        aotc.load(bad)
+
+
+def test_foreign_library_is_refused(tmp_path):
+    fake = tmp_path / "fake.so"
+    fake.write_bytes(b"\x7fELF" + b"\0" * 100)
+    with pytest.raises(ArtifactError, match="not a library built by aotc"):
+        aotc.load(fake)
+
+
+def test_runtime_imports_no_compiler(tiny_so):
+    code = (
+        "import sys, numpy as np\n"
+        "from aotc.runtime import load\n"
+        f"m = load({str(tiny_so)!r})\n"
+        "m(x=np.zeros((1, 8, 12, 12), np.float32))\n"
+        "heavy = [k for k in ('tvm', 'onnx', 'torch', 'xgboost', 'aotc.compiler', 'aotc.schedules')"
+        " if k in sys.modules]\n"
+        "print('HEAVY', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr
