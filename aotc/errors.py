@@ -28,3 +28,10 @@ class TargetError(AotcError):
 
 class CompileError(AotcError):
     """TVM failed while compiling; the message says at which phase."""
+
+
+def last_line(err: BaseException) -> str:
+    """The last line of an exception's message ('' if none): TVM errors carry long C++ traces
+    whose final line is the one that says what went wrong."""
+    text = str(err).strip()
+    return text.splitlines()[-1] if text else ""

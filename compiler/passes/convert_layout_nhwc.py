@@ -17,6 +17,8 @@ import logging
 import tvm
 from tvm import relax
 
+from aotc.errors import last_line
+
 LOG = logging.getLogger("aotc.passes")
 
 
@@ -28,6 +30,6 @@ class ConvertLayoutNHWC:
         try:
             return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
         except Exception as err:  # pylint: disable=broad-except  # TVM raises InternalError
-            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            reason = last_line(err) or type(err).__name__
             LOG.warning("ConvertLayout to NHWC refused this model, keeping NCHW: %s", reason)
             return mod
