@@ -31,10 +31,6 @@ def test_example_bert_matches_onnxruntime(example_onnx_dir, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_light_model_matches_onnxruntime(name, tmp_path):
-    if name == "squeezenet":
-        # Known bug: the compiled fused_conv2d_add_relu kernel segfaults at run time (it would
-        # take the whole test process down). Not yet diagnosed; see the issue note.
-        pytest.skip("squeezenet: compiled first conv kernel segfaults at run time (open bug)")
     path = LIGHT_DIR / f"light_{name}.onnx"
     # ConstantOfShape weights are all 1.0: activations grow large, so compare relatively.
     check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-5)

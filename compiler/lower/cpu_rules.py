@@ -151,9 +151,11 @@ class Contraction(ScheduleRule):
         sch.reorder(col_outer, *outer, *reduce, *inner)
         tile = sch.fuse(col_outer, *outer)
         sch.parallel(tile)
-        # Accumulate in a small local buffer (registers after unroll/vectorize), then apply
-        # the epilogue on the way out.
-        write_back = sch.cache_write(block, 0, "local")
+        # Accumulate in a small tile buffer (registers after unroll/vectorize), then apply
+        # the epilogue on the way out. Scope "global", not "local": TVM's LowerTVMBuiltin puts
+        # only small *global* CPU allocations on the stack; a "local" one became a
+        # TVMBackendAllocWorkspace/FreeWorkspace pair in every parallel tile.
+        write_back = sch.cache_write(block, 0, "global")
         self._inline_epilogues(sch, write_back, epilogues, lanes)
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
         wb_loops = sch.get_loops(write_back)[1:]
