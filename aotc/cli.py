@@ -86,6 +86,8 @@ def compile_cmd(model, target, output, input_shape, dump_ir):
 @_guard
 def run_cmd(artifact, inputs, output_dir):
     """Run a compiled model once (random inputs unless --input is given)."""
+    import numpy as np
+
     from aotc.runtime import load
     from aotc.runtime.inputs import load_npy_inputs, random_inputs
 
@@ -98,7 +100,7 @@ def run_cmd(artifact, inputs, output_dir):
         if output_dir:
             Path(output_dir).mkdir(parents=True, exist_ok=True)
             np_path = Path(output_dir) / f"{_safe(name)}.npy"
-            __import__("numpy").save(np_path, value)
+            np.save(np_path, value)
             click.echo(f"  -> {np_path}")
 
 
