@@ -21,14 +21,15 @@ from tvm import relax
 from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
-from .passes import ConvertLayoutNHWC, LiftMinMaxCallTIR
+from .passes import ConvertLayoutNHWC, LiftMinMaxCallTIR, SumOfStackToAdd
 
 
 def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
     return [
         ("simplify", [relax.transform.DecomposeOpsForInference(),
                       relax.transform.FoldConstant(),
-                      LiftMinMaxCallTIR()]),
+                      LiftMinMaxCallTIR(),
+                      SumOfStackToAdd()]),
         ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
         ("lower", [relax.transform.LegalizeOps(),
                    relax.transform.AnnotateTIROpPattern(),

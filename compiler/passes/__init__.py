@@ -2,5 +2,6 @@
 
 from .convert_layout_nhwc import ConvertLayoutNHWC
 from .lift_minmax_call_tir import LiftMinMaxCallTIR
+from .sum_of_stack_to_add import SumOfStackToAdd
 
-__all__ = ["ConvertLayoutNHWC", "LiftMinMaxCallTIR"]
+__all__ = ["ConvertLayoutNHWC", "LiftMinMaxCallTIR", "SumOfStackToAdd"]
