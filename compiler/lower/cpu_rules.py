@@ -67,6 +67,15 @@ def _extent(sch: s_tir.Schedule, loop) -> int | None:
     return int(ext.value) if isinstance(ext, tirx.IntImm) else None
 
 
+def _tile_axes_static(info) -> bool:
+    """The register tile (two innermost spatial axes) and the reduction need static extents;
+    outer axes such as a symbolic batch are only fused into the parallel loop."""
+    kinds, dom = info.dom_kind(), info.dom()
+    spatial = [d for d, k in zip(dom, kinds) if k == "S"]
+    reduce = [d for d, k in zip(dom, kinds) if k == "R"]
+    return bool(spatial) and all(isinstance(d, (int, tirx.IntImm)) for d in spatial[-2:] + reduce)
+
+
 def _is_multiply_accumulate(block: tirx.Stmt) -> bool:
     """True for ``C[...] = C[...] + A[...] * B[...]`` (possibly with casts), i.e. a contraction."""
     body = block.body
@@ -122,8 +131,8 @@ class Contraction(ScheduleRule):
         if len(reductions) != 1 or not _is_multiply_accumulate(sch.get(reductions[0].block_rv)):
             return None
         main = reductions[0]
-        if any(isinstance(d, tirx.Var) or not isinstance(d, (int, tirx.IntImm)) for d in main.dom()):
-            return None  # symbolic shapes go to the generic rule
+        if not _tile_axes_static(main):
+            return None  # symbolic tile or reduction extents go to the generic rule
         lanes = vector_lanes(target, sch.get(main.block_rv).writes[0].source.dtype.bits)
         main_index = infos.index(main)
         for producer in infos[:main_index]:
