@@ -61,6 +61,33 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"threads": args.threads, "runs": args.runs, "rows": rows}, indent=2))
     print(f"wrote {out}")
+    plot = _plot(rows, out.with_suffix(".png"), args.threads)
+    print(f"wrote {plot}" if plot else "matplotlib not installed: no plot (pip install '.[bench]')")
+
+
+def _plot(rows: list[dict], path: Path, threads: int) -> Path | None:
+    """Grouped bars of median latency per model and engine; None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    engines = [("aotc_ms", "aotc (untuned)"), ("onnxruntime_ms", "onnxruntime"), ("torch_ms", "torch")]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.27
+    for i, (key, label) in enumerate(engines):
+        xs = [j + (i - 1) * width for j, row in enumerate(rows) if key in row]
+        ys = [row[key] for row in rows if key in row]
+        ax.bar(xs, ys, width, label=label)
+    ax.set_xticks(range(len(rows)), [row["model"] for row in rows])
+    ax.set_ylabel("median latency, ms (lower is better)")
+    ax.set_yscale("log")
+    ax.set_title(f"batch 1, {threads} threads")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
 
 
 def _format(row: dict) -> str:
