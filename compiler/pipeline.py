@@ -21,7 +21,8 @@ from tvm import relax
 from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
-from .passes import ConvertLayoutNHWC, LiftMinMaxCallTIR, SumOfStackToAdd
+from .passes import (ConvertLayoutNHWC, LiftMinMaxCallTIR, RemoveIdentityBroadcast,
+                     SumOfStackToAdd)
 
 
 def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
@@ -29,7 +30,8 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
         ("simplify", [relax.transform.DecomposeOpsForInference(),
                       relax.transform.FoldConstant(),
                       LiftMinMaxCallTIR(),
-                      SumOfStackToAdd()]),
+                      SumOfStackToAdd(),
+                      RemoveIdentityBroadcast()]),
         ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
         ("lower", [relax.transform.LegalizeOps(),
                    relax.transform.AnnotateTIROpPattern(),

@@ -8,7 +8,8 @@ Rules are tried in order; the first that accepts a PrimFunc schedules it:
   1. ``Contraction``: one multiply-accumulate reduction (conv2d in NHWC/HWIO, matmul, batch
      matmul) with injective producers and epilogues. Register-blocks the two innermost output
      axes, vectorizes the innermost (which is contiguous in the output and in the weight).
-  2. dlight's CPU ``Reduction``: softmax / layer norm style row reductions.
+  2. ``RowReduction`` (dlight's CPU ``Reduction``, guarded): softmax / layer norm style row
+     reductions.
   3. ``Generic``: anything else (pooling, means, elementwise, layout changes): every block is
      parallelized over its outer spatial loops and vectorized on its innermost loop when that
      loop is spatial.
@@ -258,4 +259,30 @@ def _reads_contiguous(sch, block) -> bool:
     return True
 
 
-RULES = (Contraction(), dl.cpu.Reduction(), Generic())
+class RowReduction(dl.cpu.Reduction):
+    """dlight's CPU Reduction (softmax, layer norm), only where its assumption holds: all blocks
+    share the same leading spatial axes. It parallelizes the last block's leading loops and
+    computes every other block under them; for a softmax over [1, 1000] the normalized blocks
+    disagree (max: S(1) R(1000); output: S(1000)) and it recomputed the whole max and sum for
+    each of the 1000 outputs: 3.0 ms instead of microseconds (light ResNet-50 here)."""
+
+    def apply(self, func, target: Target, tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or not _leading_spatial_axes_agree(func):
+            return None
+        return super().apply(func, target, tunable)
+
+
+def _leading_spatial_axes_agree(func: tirx.PrimFunc) -> bool:
+    infos = normalize_prim_func(s_tir.Schedule(func))
+    if not infos:
+        return False
+    leading = []
+    for info in infos:
+        kinds = info.dom_kind()
+        count = len(kinds) - len(kinds.lstrip("S"))
+        leading.append([str(d) for d in info.dom()[:count]])
+    shared = min(len(axes) for axes in leading)
+    return shared > 0 and all(axes[:shared] == leading[0][:shared] for axes in leading)
+
+
+RULES = (Contraction(), RowReduction(), Generic())

@@ -1,0 +1,56 @@
+"""Default CPU schedules: which rule takes which kernel, and that results stay right."""
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper
+from tvm import te, topi
+
+from aotc.compiler.lower.cpu_rules import Contraction, RowReduction
+from aotc.targets import resolve
+from helpers import check_against_onnxruntime
+
+TARGET = tvm.target.Target(resolve("x86").tvm_target)
+
+
+def _softmax_func(shape):
+    x = te.placeholder(shape, name="x")
+    return te.create_prim_func([x, topi.nn.softmax(x, axis=-1)])
+
+
+def test_row_reduction_takes_batched_rows_but_not_one_long_row():
+    # [1, 1000]: dlight's Reduction recomputed max and sum for every output (O(n^2)).
+    assert RowReduction().apply(_softmax_func((1, 1000)), TARGET, False) is None
+    assert RowReduction().apply(_softmax_func((12, 128)), TARGET, False) is not None
+
+
+def test_contraction_takes_matmul_not_softmax():
+    a, b = te.placeholder((7, 13), name="a"), te.placeholder((13, 40), name="b")
+    matmul = te.create_prim_func([a, b, topi.matmul(a, b)])
+    assert Contraction().apply(matmul, TARGET, False) is not None
+    assert Contraction().apply(_softmax_func((12, 128)), TARGET, False) is None
+
+
+@pytest.mark.parametrize("shape", [[1, 1000], [3, 12, 129]])
+def test_softmax_matches_onnxruntime(shape, tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    path = tmp_path / "softmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    check_against_onnxruntime(path, tmp_path, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 512, 1000), (7, 13, 40), (128, 768, 96)])
+def test_odd_matmul_shapes_match_onnxruntime(m, k, n, tmp_path):
+    w = onnx.numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((k, n)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [w])
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-4)
