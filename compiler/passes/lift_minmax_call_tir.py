@@ -15,6 +15,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax, s_tir, tirx
 from tvm.ir import TensorLoad
+from tvm.relax.dpl import is_op, wildcard
+
+from .pattern_rewrite import rewrite_module
 
 
 def _minmax_kind(func: tirx.PrimFunc) -> str | None:
@@ -47,20 +50,13 @@ class LiftMinMaxCallTIR:
         if not kinds:
             return mod
 
-        @relax.expr_functor.mutator
-        class _Lift(relax.PyExprMutator):
-            def visit_call_(self, call):  # pylint: disable=arguments-renamed
-                call = super().visit_call_(call)
-                if call.op != tvm.ir.Op.get("relax.call_tir") or call.args[0] not in kinds:
-                    return call
-                args = call.args[1].fields
-                if len(args) != 2 or not isinstance(args[1], tvm.ir.expr.Constant):
-                    return call
-                op = relax.op.maximum if kinds[call.args[0]] == "maximum" else relax.op.minimum
-                return op(args[0], args[1])
+        def lift(call, _matches):
+            if call.args[0] not in kinds:
+                return call
+            args = call.args[1].fields
+            if len(args) != 2 or not isinstance(args[1], tvm.ir.expr.Constant):
+                return call
+            op = relax.op.maximum if kinds[call.args[0]] == "maximum" else relax.op.minimum
+            return op(args[0], args[1])
 
-        lifter = _Lift(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                lifter.builder_.update_func(gv, lifter.visit_expr(func))
-        return relax.transform.DeadCodeElimination()(lifter.builder_.get())
+        return rewrite_module(mod, is_op("relax.call_tir")(wildcard(), wildcard()), lift)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
+
+from .pattern_rewrite import rewrite_module
 
 
 def _shape(expr):
@@ -37,8 +38,4 @@ class RemoveIdentityBroadcast:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         source = wildcard()
         pattern = is_op("relax.broadcast_to")(source, wildcard())
-        updates = {gv: rewrite_call(pattern, lambda o, m: _rewrite(o, m, source), func)
-                   for gv, func in mod.functions_items() if isinstance(func, relax.Function)}
-        for gv, func in updates.items():
-            mod[gv] = func
-        return relax.transform.DeadCodeElimination()(mod)
+        return rewrite_module(mod, pattern, lambda orig, matches: _rewrite(orig, matches, source))

@@ -16,7 +16,9 @@ import functools
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
+
+from .pattern_rewrite import rewrite_module
 
 
 def _int_list(value) -> list[int] | None:
@@ -40,8 +42,4 @@ class SumOfStackToAdd:
         stack_pat = is_op("relax.stack")(wildcard())
         sum_pat = is_op("relax.sum")(stack_pat)
         rewriter = functools.partial(_rewrite, stack_pat=stack_pat, sum_pat=sum_pat)
-        updates = {gv: rewrite_call(sum_pat, rewriter, func)
-                   for gv, func in mod.functions_items() if isinstance(func, relax.Function)}
-        for gv, func in updates.items():
-            mod[gv] = func
-        return relax.transform.DeadCodeElimination()(mod)
+        return rewrite_module(mod, sum_pat, rewriter)

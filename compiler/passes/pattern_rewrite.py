@@ -1,0 +1,16 @@
+"""Shared by the pattern-based passes: apply one dataflow-pattern rewrite to every Relax
+function of a module, then drop the bindings it left unused."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl import rewrite_call
+
+
+def rewrite_module(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
+    updates = {gv: rewrite_call(pattern, rewriter, func)
+               for gv, func in mod.functions_items() if isinstance(func, relax.Function)}
+    for gv, func in updates.items():
+        mod[gv] = func
+    return relax.transform.DeadCodeElimination()(mod)
