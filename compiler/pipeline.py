@@ -22,7 +22,7 @@ from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
 from .passes import (ConvertLayoutNHWC, LiftMinMaxCallTIR, RemoveIdentityBroadcast,
-                     SumOfStackToAdd)
+                     RemoveInferenceDropout, SumOfStackToAdd)
 
 
 def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
@@ -31,7 +31,8 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
                       relax.transform.FoldConstant(),
                       LiftMinMaxCallTIR(),
                       SumOfStackToAdd(),
-                      RemoveIdentityBroadcast()]),
+                      RemoveIdentityBroadcast(),
+                      RemoveInferenceDropout()]),
         ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
         ("lower", [relax.transform.LegalizeOps(),
                    relax.transform.AnnotateTIROpPattern(),

@@ -30,7 +30,9 @@ def test_example_bert_matches_onnxruntime(example_onnx_dir, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_light_model_matches_onnxruntime(name, tmp_path):
+def test_light_model_matches_onnxruntime(name, tmp_path, caplog):
     path = LIGHT_DIR / f"light_{name}.onnx"
     # ConstantOfShape weights are all 1.0: activations grow large, so compare relatively.
     check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-5)
+    # every zoo model reaches the fast NHWC layout (no ConvertLayoutNHWC fallback)
+    assert not [r for r in caplog.records if "ConvertLayout to NHWC refused" in r.getMessage()]

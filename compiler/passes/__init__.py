@@ -3,7 +3,8 @@
 from .convert_layout_nhwc import ConvertLayoutNHWC
 from .lift_minmax_call_tir import LiftMinMaxCallTIR
 from .remove_identity_broadcast import RemoveIdentityBroadcast
+from .remove_inference_dropout import RemoveInferenceDropout
 from .sum_of_stack_to_add import SumOfStackToAdd
 
 __all__ = ["ConvertLayoutNHWC", "LiftMinMaxCallTIR", "RemoveIdentityBroadcast",
-           "SumOfStackToAdd"]
+           "RemoveInferenceDropout", "SumOfStackToAdd"]

@@ -1,10 +1,11 @@
 """ConvertLayoutNHWC: conv2d to NHWC data / HWIO weights, or the module unchanged.
 
 Why: with channels innermost in both the output and the weights, the CPU contraction schedule
-vectorizes over output channels with contiguous loads. TVM's ConvertLayout rejects some graphs
-outright (AlexNet's grouped conv + LRN-as-avg_pool3d: "Expected nested to match tuple"); then
-the model stays NCHW, where the same schedule vectorizes along the image width instead: slower,
-still correct. The fallback is logged, not silent.
+vectorizes over output channels with contiguous loads. TVM's ConvertLayout rejects a whole
+graph when one op has no layout rule (seen: a tuple-returning dropout, a 5-D stack; the
+importer clean-ups before this pass remove those two); then the model stays NCHW, where the
+same schedule vectorizes along the image width instead: slower, still correct. The fallback is
+logged, not silent.
 
 Where: after constant folding (so the weight transposes it inserts fold away), before
 legalization.
