@@ -4,7 +4,6 @@ same process and run, so the ratio is measured, not remembered."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -47,7 +46,7 @@ class BenchReport:
         for t in self.timings:
             lines.append(f"{t.name:14s} {t.p50_ms:9.3f} {t.p90_ms:9.3f} {t.p99_ms:9.3f} "
                          f"{t.throughput_per_s:9.1f}")
-        lines.append(f"threads: {self.threads}, runs: {self.timings[0].runs} (after warm-up)")
+        lines.append(f"aotc threads: {self.threads}, runs: {self.timings[0].runs} (after warm-up)")
         if self.ratio() is not None:
             lines.append(f"aotc / onnxruntime (p50): {self.ratio():.2f}x; max |diff| of outputs "
                          f"{self.max_abs_diff:.3g}")
@@ -68,19 +67,13 @@ def time_callable(fn, runs: int, warmup: int) -> list[float]:
     return samples
 
 
-def thread_count() -> int:
-    """The thread count both engines get: TVM's TVM_NUM_THREADS (set from AOTC_NUM_THREADS),
-    else all cores, as TVM's pool does."""
-    from aotc import settings
-    settings.apply_thread_setting()
-    return int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count() or 1)
-
-
-def onnxruntime_session(onnx_path: str, threads: int):
+def onnxruntime_session(onnx_path: str, threads: int | None = None):
+    """onnxruntime as users get it (default session options, its own thread count) unless a
+    thread count is asked for."""
     import onnxruntime as ort  # pylint: disable=import-outside-toplevel
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
+    if threads:
+        opts.intra_op_num_threads = threads
     return ort.InferenceSession(onnx_path, opts, providers=["CPUExecutionProvider"])
 
 
@@ -89,14 +82,15 @@ def run_bench(artifact: str, onnx_path: str | None = None, runs: int = 50,
     from aotc.runtime import load
     from aotc.runtime.inputs import random_inputs
 
-    threads = thread_count()
+    from aotc.runtime._tvm_runtime import num_threads
+
     model = load(artifact)
     feed = random_inputs(model.signature)
-    report = BenchReport(artifact, threads)
-    report.timings.append(Timing.from_samples("aotc", time_callable(
-        lambda: model.run(feed), runs, warmup)))
+    samples = time_callable(lambda: model.run(feed), runs, warmup)
+    report = BenchReport(artifact, num_threads())  # read after the runs: what really ran
+    report.timings.append(Timing.from_samples("aotc", samples))
     if onnx_path:
-        session = onnxruntime_session(onnx_path, threads)
+        session = onnxruntime_session(onnx_path)
         report.timings.append(Timing.from_samples("onnxruntime", time_callable(
             lambda: session.run(None, feed), runs, warmup)))
         ours = list(model.run(feed).values())

@@ -18,6 +18,10 @@ class InputMismatchError(AotcError):
     """Inputs given to a compiled model do not match its signature."""
 
 
+class ModelRunError(AotcError):
+    """A compiled model stopped with an error while running (e.g. an index out of range)."""
+
+
 class ArtifactError(AotcError):
     """A compiled .so is not an aotc artifact, or failed its integrity check."""
 
@@ -30,8 +34,21 @@ class CompileError(AotcError):
     """TVM failed while compiling; the message says at which phase."""
 
 
-def last_line(err: BaseException) -> str:
-    """The last line of an exception's message ('' if none): TVM errors carry long C++ traces
-    whose final line is the one that says what went wrong."""
-    text = str(err).strip()
-    return text.splitlines()[-1] if text else ""
+# Lines of a TVM error that never say what went wrong: TVMScript's trailer, the caret and gutter
+# lines of a DiagnosticError, and the backtrace hint.
+_NOISE_PREFIXES = ("# Metadata omitted", "note: run with", "-->", "|", "^", "File ", "Traceback (most recent")
+
+
+def meaningful_line(err: BaseException) -> str:
+    """The line of an exception's message that says what went wrong ('' if none).
+
+    TVM errors carry C++ backtraces, TVMScript dumps ending in "# Metadata omitted...", and
+    DiagnosticErrors whose last lines are source excerpts. Preference: an "error:" line (with
+    the "Traceback:" detail that follows it, if any), else the last line that is not noise."""
+    lines = [line.strip() for line in str(err).splitlines()]
+    lines = [line for line in lines if line and not line.startswith(_NOISE_PREFIXES)]
+    for i, line in enumerate(lines):
+        if line.startswith("error:"):
+            detail = [l for l in lines[i + 1:] if l.startswith("Traceback:")]
+            return line[len("error:"):].strip() + (f" ({detail[0]})" if detail else "")
+    return lines[-1] if lines else ""

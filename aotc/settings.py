@@ -17,16 +17,25 @@ class EnvVar:
 
 
 NUM_THREADS = EnvVar("AOTC_NUM_THREADS", "",
-                     "Threads of the TVM runtime thread pool (default: TVM's choice, all cores). "
-                     "Copied into TVM_NUM_THREADS before the runtime starts.")
+                     "Threads of the TVM runtime thread pool (default: every core this process "
+                     "may run on). Copied into TVM_NUM_THREADS before the runtime starts.")
 VERBOSE = EnvVar("AOTC_VERBOSE", "", "Set to 1 to get full tracebacks from the CLI.")
 DUMP_IR = EnvVar("AOTC_DUMP_IR", "", "Folder to write the IR after every compiler phase.")
 
 ALL = (NUM_THREADS, VERBOSE, DUMP_IR)
 
 
+def default_threads() -> int:
+    """Every core this process may run on. TVM's own default halves the core count on x86
+    (it assumes hyper-threads), which gave users one thread on this 2-core VM."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def apply_thread_setting() -> None:
-    """TVM reads TVM_NUM_THREADS once, when its thread pool starts: call before the first run."""
-    threads = NUM_THREADS.get()
-    if threads and "TVM_NUM_THREADS" not in os.environ:
-        os.environ["TVM_NUM_THREADS"] = threads
+    """TVM reads TVM_NUM_THREADS once, when its thread pool starts: call before the first run.
+    An explicit TVM_NUM_THREADS wins, then AOTC_NUM_THREADS, then every allowed core."""
+    if "TVM_NUM_THREADS" not in os.environ:
+        os.environ["TVM_NUM_THREADS"] = NUM_THREADS.get() or str(default_threads())

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
-from aotc.errors import CompileError, last_line
+from aotc.errors import CompileError, meaningful_line
 from aotc.runtime import artifact
 from aotc.targets import TargetSpec
 
@@ -65,7 +65,7 @@ def _phase(name: str, work):
     try:
         return work()
     except Exception as err:  # TVM errors carry long C++ traces; keep the last line
-        last = last_line(err) or type(err).__name__
+        last = meaningful_line(err) or type(err).__name__
         raise CompileError(f"compile phase {name!r} failed: {last}") from err
 
 

@@ -5,7 +5,8 @@ Phases (names are what --dump-ir writes):
             clean-up of importer output that would block layout conversion
   layout    conv2d to NHWC data / HWIO weights: the channel axis becomes innermost in both, which
             is what the CPU schedules vectorize; folding then pre-transposes the weights
-  lower     Relax ops -> TIR PrimFuncs, fused (one fused kernel = one tuning task)
+  lower     indices of gathers/scatters normalized and range-checked (GuardIndices), then
+            Relax ops -> TIR PrimFuncs, fused (one fused kernel = one tuning task)
   schedule  a schedule for every PrimFunc (compiler/lower)
   finalize  TVM's dataflow lowering and memory planning (tvm.compile does the rest)
 """
@@ -21,7 +22,7 @@ from tvm import relax
 from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
-from .passes import (ConvertLayoutNHWC, LiftMinMaxCallTIR, RemoveIdentityBroadcast,
+from .passes import (ConvertLayoutNHWC, GuardIndices, LiftMinMaxCallTIR, RemoveIdentityBroadcast,
                      RemoveInferenceDropout, SumOfStackToAdd)
 
 
@@ -34,7 +35,8 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
                       RemoveIdentityBroadcast(),
                       RemoveInferenceDropout()]),
         ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
-        ("lower", [relax.transform.LegalizeOps(),
+        ("lower", [GuardIndices(),
+                   relax.transform.LegalizeOps(),
                    relax.transform.AnnotateTIROpPattern(),
                    relax.transform.FoldConstant(),
                    relax.transform.FuseOps(),

@@ -44,3 +44,9 @@ def tvm_ffi():
             ctypes.CDLL(str(_runtime_library()), mode=ctypes.RTLD_GLOBAL)
         _STATE["ffi"] = ffi
     return _STATE["ffi"]
+
+
+def num_threads() -> int:
+    """Threads of the TVM thread pool of the calling thread (what really runs, after any
+    TVM_NUM_THREADS / AOTC_NUM_THREADS setting took effect)."""
+    return int(tvm_ffi().get_global_func("runtime.NumThreads")())

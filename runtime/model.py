@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from aotc import settings
-from aotc.errors import ArtifactError, InputMismatchError
+from aotc.errors import ArtifactError, InputMismatchError, ModelRunError, meaningful_line
 
 from ._tvm_runtime import tvm_ffi
 from .artifact import read_metadata
@@ -19,7 +20,11 @@ _CPU_POOLED = (1, 0, 2, 1, 0, 2)
 
 
 class Model:
-    """A compiled aotc model. Call it with numpy arrays by input name (or positionally)."""
+    """A compiled aotc model. Call it with numpy arrays by input name (or positionally).
+
+    Thread-safe: the Relax VM keeps its registers in the VM object, so calls from several
+    threads on one Model are serialized by a lock. For parallel throughput, load one Model per
+    thread (each has its own VM; TVM's thread pools are per calling thread)."""
 
     def __init__(self, path: str | Path, verify: bool = True):
         self.path = Path(path)
@@ -28,13 +33,15 @@ class Model:
         settings.apply_thread_setting()
         ffi = tvm_ffi()
         try:
-            self._lib = ffi.load_module(str(self.path))
+            # An absolute path: dlopen reads a bare "model.so" as a library name to search for.
+            self._lib = ffi.load_module(str(self.path.resolve()))
             self._vm = self._lib["vm_load_executable"]()
         except Exception as err:
             raise ArtifactError(f"{self.path}: TVM runtime could not load it: {err}") from None
         self._vm["vm_initialization"](*_CPU_POOLED)
         self._main = self._vm["main"]
         self._from_dlpack = ffi.from_dlpack
+        self._lock = threading.Lock()
 
     @property
     def target(self) -> dict:
@@ -51,7 +58,13 @@ class Model:
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once; returns {output name: array}."""
         arrays = check_inputs(self.signature, inputs)
-        result = self._main(*[self._from_dlpack(a) for a in arrays])
+        with self._lock:
+            try:
+                result = self._main(*[self._from_dlpack(a) for a in arrays])
+            except (RuntimeError, IndexError, ValueError, TypeError) as err:
+                # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
+                raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "
+                                    f"{meaningful_line(err)}") from None
         outputs = list(result) if not hasattr(result, "__dlpack__") else [result]
         names = [o.name for o in self.signature.outputs]
         names += [f"output{i}" for i in range(len(names), len(outputs))]
@@ -71,17 +84,39 @@ def check_inputs(signature: ModelSignature, inputs: dict) -> list[np.ndarray]:
 
 
 def _check_one(spec: TensorSpec, value, bound: dict[str, int]) -> np.ndarray:
-    if not isinstance(value, np.ndarray):
-        raise InputMismatchError(f"input {spec.name!r}: expected a numpy array, got "
-                                 f"{type(value).__name__}")
-    if str(value.dtype) != spec.dtype:
+    value = _as_array(spec, value)
+    if value.dtype.name != spec.dtype:  # .name: big-endian float32 is still "float32"
         raise InputMismatchError(f"input {spec.name!r}: expected dtype {spec.dtype}, got "
-                                 f"{value.dtype}")
+                                 f"{value.dtype.name}")
     if value.ndim != len(spec.shape) or not all(
             _dim_matches(want, got, bound) for want, got in zip(spec.shape, value.shape)):
         raise InputMismatchError(f"input {spec.name!r}: expected shape "
                                  f"{list(spec.shape)}, got {list(value.shape)}")
-    return aligned(np.ascontiguousarray(value))
+    return aligned(_native_writable(value))
+
+
+def _as_array(spec: TensorSpec, value) -> np.ndarray:
+    """numpy arrays as they are; numpy scalars (and Python numbers, for rank-0 inputs) as 0-d
+    arrays of the input's dtype."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if not spec.shape and isinstance(value, (bool, int, float)):
+        return np.asarray(value, dtype=spec.dtype)
+    raise InputMismatchError(f"input {spec.name!r}: expected a numpy array, got "
+                             f"{type(value).__name__}")
+
+
+def _native_writable(value: np.ndarray) -> np.ndarray:
+    """A C-contiguous, native-endian array DLPack can export. numpy refuses to export read-only
+    arrays (np.frombuffer, memory-mapped np.load, onnx's numpy_helper), and DLPack has no byte
+    order: those are copied. The kernels never write their inputs."""
+    if not value.dtype.isnative:
+        value = value.astype(value.dtype.newbyteorder("="))
+    if not value.flags.c_contiguous or not value.flags.writeable:
+        value = value.copy(order="C")  # not np.ascontiguousarray: it turns 0-d arrays into 1-d
+    return value
 
 
 # TVM compiles kernels assuming every tensor argument is 64-byte aligned (it emits aligned AVX-512

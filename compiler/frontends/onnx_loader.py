@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
-from aotc.errors import CompileError, ModelLoadError, last_line
+from aotc.errors import CompileError, ModelLoadError, meaningful_line
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
 from .imported import ImportedModel, output_specs
@@ -98,6 +98,6 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
                         dtype_dict={t.name: t.dtype for t in inputs}, keep_params_in_input=False)
     except Exception as err:  # TVM's importer raises many kinds; say where it happened
         raise CompileError(f"{name}: TVM's ONNX importer failed: {type(err).__name__}: "
-                           f"{last_line(err)}") from err
+                           f"{meaningful_line(err)}") from err
     outputs = output_specs(mod, [o.name for o in model.graph.output])
     return ImportedModel(mod, ModelSignature(tuple(inputs), outputs), name)

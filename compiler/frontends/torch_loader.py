@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aotc.errors import CompileError, ModelLoadError, last_line
+from aotc.errors import CompileError, ModelLoadError, meaningful_line
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
 from .imported import ImportedModel, output_specs
@@ -57,6 +57,6 @@ def import_torch(source, example_inputs=None) -> ImportedModel:
                                     unwrap_unit_return_tuple=True)
     except Exception as err:
         raise CompileError(f"{name}: TVM's PyTorch importer failed: {type(err).__name__}: "
-                           f"{last_line(err)}") from err
+                           f"{meaningful_line(err)}") from err
     inputs = tuple(_signature_inputs(program))
     return ImportedModel(mod, ModelSignature(inputs, output_specs(mod, [])), name)

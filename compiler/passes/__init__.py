@@ -1,10 +1,11 @@
 """aotc's own Relax passes, one per file (see each module's docstring for where it sits)."""
 
 from .convert_layout_nhwc import ConvertLayoutNHWC
+from .guard_indices import GuardIndices
 from .lift_minmax_call_tir import LiftMinMaxCallTIR
 from .remove_identity_broadcast import RemoveIdentityBroadcast
 from .remove_inference_dropout import RemoveInferenceDropout
 from .sum_of_stack_to_add import SumOfStackToAdd
 
-__all__ = ["ConvertLayoutNHWC", "LiftMinMaxCallTIR", "RemoveIdentityBroadcast",
+__all__ = ["ConvertLayoutNHWC", "GuardIndices", "LiftMinMaxCallTIR", "RemoveIdentityBroadcast",
            "RemoveInferenceDropout", "SumOfStackToAdd"]

@@ -18,7 +18,7 @@ import logging
 import tvm
 from tvm import relax
 
-from aotc.errors import last_line
+from aotc.errors import meaningful_line
 
 LOG = logging.getLogger("aotc.passes")
 
@@ -31,6 +31,6 @@ class ConvertLayoutNHWC:
         try:
             return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
         except Exception as err:  # pylint: disable=broad-except  # TVM raises InternalError
-            reason = last_line(err) or type(err).__name__
+            reason = meaningful_line(err) or type(err).__name__
             LOG.warning("ConvertLayout to NHWC refused this model, keeping NCHW: %s", reason)
             return mod

@@ -1,0 +1,192 @@
+"""GuardIndices: every index tensor that reaches a gather or scatter is normalized (negative
+indices count from the end, as ONNX and torch define them) and range-checked, so that no
+kernel reads or writes outside its data.
+
+Why: TVM lowers ``take`` / ``gather_*`` / ``scatter_*`` / ``index_tensor`` / ``index_put``
+without bounds checks ("fast" mode). Measured on plain TVM 0.27: torch's ``x[:, -1]`` became
+``take(x, -1)`` and read the element before the tensor (garbage, max diff 1.9e11); a token id of
+1000 on a 4-row embedding returned a heap value, 1e8 crashed the process. onnxruntime and torch
+raise instead.
+
+How: constant indices are normalized and checked at compile time (an out-of-range constant is
+a CompileError naming the op). Other indices go through one small serial kernel that writes the
+normalized indices and stops the run with ``IndexError`` on the first out-of-range one; the op
+then reads only those. The kernel is opaque (never fused) and costs one pass over the indices.
+
+Where: after the layout phase (ConvertLayout would wrap the kernel's data argument in
+transposes), before ``LegalizeOps``. Assumes static ranks (true for every Relax tensor here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+from tvm.script import tirx as T
+
+from aotc.errors import CompileError
+
+# kOpaque in TVM's OpPatternKind: FuseOps leaves the kernel alone, so its serial loop and its
+# assert never end up inside a parallel, vectorized consumer.
+_OPAQUE = 8
+
+
+@dataclass(frozen=True)
+class IndexUse:
+    """Which argument of an op holds indices, and which data dimension bounds them.
+
+    ``axis`` bounds every index by ``data.shape[axis]``; ``nd_batch`` (gather_nd / scatter_nd)
+    bounds position j of the indices' last axis by ``data.shape[nd_batch + j]``."""
+    arg: int
+    axis: int | None = None
+    nd_batch: int | None = None
+    tuple_field: int | None = None  # index_tensor / index_put: field k indexes dim k
+
+
+def _index_uses(call: relax.Call) -> list[IndexUse]:
+    name = call.op.name
+    if name in ("relax.take", "relax.gather_elements", "relax.scatter_elements"):
+        axis = call.attrs.axis
+        return [IndexUse(1, axis=0 if axis is None else int(axis))]
+    if name == "relax.gather_nd":
+        return [IndexUse(1, nd_batch=int(call.attrs.batch_dims))]
+    if name == "relax.scatter_nd":
+        return [IndexUse(1, nd_batch=0)]
+    if name in ("relax.index_tensor", "relax.index_put"):
+        fields = call.args[1].ty.fields
+        return [IndexUse(1, axis=k, tuple_field=k) for k in range(len(fields))]
+    return []
+
+
+def _short_op(call: relax.Call) -> str:
+    return call.op.name[len("relax."):]
+
+
+def _static_dims(data: relax.Expr) -> list[int | None]:
+    shape = data.ty.shape
+    return [int(d) if isinstance(d, tirx.IntImm) else None for d in shape.values]
+
+
+def _normalize_constant(values: np.ndarray, use: IndexUse, dims: list, op: str) -> np.ndarray:
+    """The compile-time form of the guard kernel, for constant indices."""
+    if use.nd_batch is not None:
+        bound = np.array(dims[use.nd_batch:use.nd_batch + values.shape[-1]], dtype=object)
+    else:
+        bound = dims[use.axis if use.axis >= 0 else use.axis + len(dims)]
+    if bound is None or (isinstance(bound, np.ndarray) and any(b is None for b in bound)):
+        return None  # symbolic extent: checked at run time
+    bound = np.asarray(bound, dtype=values.dtype)
+    fixed = np.where(values < 0, values + bound, values)
+    bad = (fixed < 0) | (fixed >= bound)
+    if bad.any():
+        raise CompileError(f"{op}: constant index {values[bad].flat[0]} is out of range for a "
+                           f"dimension of size {np.broadcast_to(bound, values.shape)[bad][0]}")
+    return fixed.astype(values.dtype)
+
+
+def guard_kernel(index_type, data_ndim: int, data_dtype: str, use: IndexUse,
+                 op: str) -> tirx.PrimFunc:
+    """A serial PrimFunc(indices, data, out): out = normalized indices; IndexError if any is
+    outside [-n, n). Every extent is symbolic, read from the buffers at run time, so one kernel
+    serves every shape of a given rank and dtype. Written as TVMScript: the direct tirx
+    constructors of TVM 0.27 have no buffer_map and a mis-ordered AssertStmt wrapper."""
+    dtype, ndim = str(index_type.dtype), index_type.ndim
+    idx_dims = [f"n{k}" for k in range(ndim)]
+    data_dims = [f"d{k}" for k in range(data_ndim)]
+    loop = [f"i{k}" for k in range(ndim)]
+    at = f"[{', '.join(loop)}]" if loop else "[()]"
+    bound = f'T.Cast("{dtype}", {_bound_source(use, data_dims, loop)})'
+    where = (f"dimension {use.axis}" if use.nd_batch is None
+             else f"the dimensions from {use.nd_batch} on")
+    message = f"{op}: an index is out of range for {where} of the data (valid: -size <= i < size)"
+    fixed = f"T.Select(indices{at} < 0, indices{at} + {bound}, indices{at})"
+    body = [f"T.reads(indices{at})", f"T.writes(out{at})",
+            f"assert 0 <= {fixed} and {fixed} < {bound}, (\"IndexError\", [{message!r}])",
+            f"out{at} = {fixed}"]
+    lines = ["@T.prim_func(private=True, s_tir=True)",
+             "def guard(var_indices: T.handle, var_data: T.handle, var_out: T.handle):",
+             f"    T.func_attr({{'op_pattern': {_OPAQUE}, 'tirx.is_scheduled': True, "
+             "'tirx.noalias': True})"]
+    lines += [f"    {name} = T.int64()" for name in idx_dims + data_dims]
+    lines += [f"    indices = T.match_buffer(var_indices, ({_tuple(idx_dims)}), \"{dtype}\")",
+              f"    data = T.match_buffer(var_data, ({_tuple(data_dims)}), \"{data_dtype}\")",
+              f"    out = T.match_buffer(var_out, ({_tuple(idx_dims)}), \"{dtype}\")"]
+    indent = "    "
+    if loop:
+        lines.append(f"{indent}for {', '.join(loop)} in T.grid({', '.join(idx_dims)}):")
+        indent += "    "
+    # A block around the body: the parser then adds the root block TVM's build passes require.
+    lines.append(f'{indent}with T.sblock("guard"):')
+    indent += "    "
+    lines += [indent + line for line in body]
+    return tvm.script.from_source("\n".join(lines), extra_vars={"T": T})
+
+
+def _tuple(names: list[str]) -> str:
+    return ", ".join(names) + ("," if len(names) == 1 else "")
+
+
+def _bound_source(use: IndexUse, data_dims: list[str], loop: list[str]) -> str:
+    if use.nd_batch is None:
+        return data_dims[use.axis if use.axis >= 0 else use.axis + len(data_dims)]
+    # gather_nd: position j of the last index axis addresses data dim nd_batch + j.
+    bound = data_dims[-1]
+    for j in reversed(range(len(data_dims) - use.nd_batch - 1)):
+        bound = f"T.Select({loop[-1]} == {j}, {data_dims[use.nd_batch + j]}, {bound})"
+    return bound
+
+
+@relax.expr_functor.mutator
+class _Guarder(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.kernels: dict[tuple, tvm.ir.GlobalVar] = {}
+        self.guarded = 0
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op):
+            return call
+        uses = _index_uses(call)
+        if not uses:
+            return call
+        args = list(call.args)
+        data = args[0]
+        for use in uses:
+            args[use.arg] = self._guard_arg(args[use.arg], data, use, _short_op(call))
+        return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
+
+    def _guard_arg(self, arg, data, use: IndexUse, op: str):
+        if use.tuple_field is None:
+            return self._guard(arg, data, use, op)
+        fields = [self.builder_.emit(relax.TupleGetItem(arg, k))
+                  for k in range(len(arg.ty.fields))]
+        fields[use.tuple_field] = self._guard(fields[use.tuple_field], data, use, op)
+        return self.builder_.emit(relax.Tuple(fields))
+
+    def _guard(self, indices, data, use: IndexUse, op: str):
+        if isinstance(indices, tvm.ir.GenericConst):
+            fixed = _normalize_constant(indices.value.numpy(), use, _static_dims(data), op)
+            if fixed is not None:
+                return relax.const(fixed, str(indices.ty.dtype))
+        itype = indices.ty
+        key = (itype.ndim, str(itype.dtype), data.ty.ndim, str(data.ty.dtype), use, op)
+        if key not in self.kernels:
+            kernel = guard_kernel(itype, data.ty.ndim, str(data.ty.dtype), use, op)
+            self.kernels[key] = self.builder_.add_func(kernel, f"aotc_guard_{op}_indices")
+        self.guarded += 1
+        return self.builder_.emit(relax.call_tir(self.kernels[key], [indices, data], itype))
+
+
+@tvm.transform.module_pass(opt_level=0, name="GuardIndices")
+class GuardIndices:
+    """See the module docstring."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        guarder = _Guarder(mod)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                guarder.builder_.update_func(gv, guarder.visit_expr(func))
+        return guarder.builder_.get()
