@@ -33,11 +33,10 @@ def _converter_map() -> dict:
     return _get_convert_map()
 
 
-def max_known_opset() -> int:
-    """The newest standard opset the TVM converter implements a version for."""
-    versions = [int(attr[len("_impl_v"):]) for cls in _converter_map().values()
-                for attr in dir(cls) if attr.startswith("_impl_v")]
-    return max(versions)
+def impl_versions(converter) -> list[int]:
+    """The opset versions a TVM converter class has an ``_impl_vN`` for."""
+    return sorted(int(attr[len("_impl_v"):]) for attr in dir(converter)
+                  if attr.startswith("_impl_v") and attr[len("_impl_v"):].isdigit())
 
 
 def model_opset(model: onnx.ModelProto) -> int:
@@ -47,10 +46,67 @@ def model_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
+def schema_since(op_type: str, opset: int) -> int | None:
+    """The version of the op's schema that applies at ``opset`` (None: onnx knows no such op)."""
+    try:
+        return onnx.defs.get_schema(op_type, opset, "").since_version
+    except onnx.defs.SchemaError:
+        return None
+
+
+def newest_converter_opset() -> int:
+    """The newest standard opset any TVM converter has an impl for: the ONNX release the
+    converters were written against."""
+    return max(v for cls in _converter_map().values() for v in impl_versions(cls))
+
+
+def opset_problem(op_type: str, opset: int, versions: list[int]) -> str:
+    """'' if the converter can know the op's schema at this opset, else why not.
+
+    Judged by the op's schema, not the model's opset: ``Add`` in an opset-24 model is still
+    Add-14. TVM's converters carry impls only where behaviour changed (Add has _impl_v7 and
+    serves Add-14), so a schema is refused only when it is newer than every opset the
+    converters were written against and the op's own converter has no impl that new."""
+    if opset > onnx.defs.onnx_opset_version():
+        return (f"opset {opset} is newer than the newest onnx {onnx.__version__} knows "
+                f"({onnx.defs.onnx_opset_version()})")
+    since = schema_since(op_type, opset)
+    if since is None:
+        return f"onnx {onnx.__version__} has no schema for {op_type} at opset {opset}"
+    newest = newest_converter_opset()
+    if since > newest and not any(v >= since for v in versions) and not _only_types_changed(
+            op_type, opset, newest):
+        return (f"{op_type}-{since} (the schema at opset {opset}) is newer than the converters "
+                f"know (opset {newest}; {op_type}'s newest is {op_type}-{max(versions)})")
+    return ""
+
+
+def _only_types_changed(op_type: str, opset: int, known: int) -> bool:
+    """True when the op's schema at ``opset`` differs from the one at ``known`` only in the
+    element types it allows (Reshape-24, Cast-24 added 4-bit and float8 types): same inputs,
+    outputs and attributes. Types a kernel cannot hold are refused where the tensor appears."""
+    new, old = onnx.defs.get_schema(op_type, opset, ""), _schema_or_none(op_type, known)
+    if old is None:
+        return False
+
+    def shape_of(schema):
+        return ([(i.name, i.option) for i in schema.inputs],
+                [(o.name, o.option) for o in schema.outputs],
+                sorted((n, a.type) for n, a in schema.attributes.items()))
+    return shape_of(new) == shape_of(old)
+
+
+def _schema_or_none(op_type: str, opset: int):
+    try:
+        return onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+
+
 def op_table(model: onnx.ModelProto) -> list[OpRow]:
     """One row per (domain, op type) used by the main graph, with whether we can import it."""
     converters = _converter_map()
-    opset, newest = model_opset(model), max_known_opset()
+    opset = model_opset(model)
     counts = collections.Counter((n.domain, n.op_type) for n in model.graph.node)
     first = {}
     for node in model.graph.node:
@@ -58,14 +114,13 @@ def op_table(model: onnx.ModelProto) -> list[OpRow]:
     rows = []
     for (domain, op_type), count in sorted(counts.items(), key=lambda kv: kv[0][1]):
         if domain not in STANDARD_DOMAINS:
-            ok, reason = False, f"domain {domain!r} is not the standard ONNX domain"
+            reason = f"domain {domain!r} is not the standard ONNX domain"
         elif op_type not in converters:
-            ok, reason = False, "no converter for this op"
-        elif opset > newest:
-            ok, reason = False, f"opset {opset} is newer than the newest known ({newest})"
+            reason = "no converter for this op"
         else:
-            ok, reason = True, ""
-        rows.append(OpRow(op_type, domain or "ai.onnx", count, ok, reason, first[(domain, op_type)]))
+            reason = opset_problem(op_type, opset, impl_versions(converters[op_type]))
+        rows.append(OpRow(op_type, domain or "ai.onnx", count, not reason, reason,
+                          first[(domain, op_type)]))
     return rows
 
 
