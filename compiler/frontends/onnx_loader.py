@@ -15,7 +15,9 @@ from aotc.errors import CompileError, ModelLoadError, meaningful_line
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
 from .imported import ImportedModel, output_specs
-from .onnx_ops import check_ops
+from .onnx_graph import GraphInfo, with_fixed_inputs
+from .onnx_ops import check_ops, model_opset
+from .onnx_rewrites import apply_rewrites
 from .shapes import apply_overrides
 
 
@@ -89,6 +91,8 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
         raise ModelLoadError(f"{name}: input(s) {unknown} have unnamed dynamic dimensions; fix "
                              "them with --input-shape NAME=D1,D2,...")
     inputs = [TensorSpec(t.name, tuple(shapes[t.name]), t.dtype) for t in inputs]
+    info = GraphInfo(with_fixed_inputs(model, shapes), model_opset(model))
+    model, _rewritten = apply_rewrites(model, info)
     from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
     try:
         # Inputs with named dims are left out: the importer then makes them symbolic (tir.Var)

@@ -15,6 +15,9 @@ import onnx
 
 from aotc.errors import UnsupportedModelError
 
+from .onnx_gaps import gap_reason
+from .onnx_graph import constant_values
+
 STANDARD_DOMAINS = ("", "ai.onnx")
 
 
@@ -108,9 +111,14 @@ def op_table(model: onnx.ModelProto) -> list[OpRow]:
     converters = _converter_map()
     opset = model_opset(model)
     counts = collections.Counter((n.domain, n.op_type) for n in model.graph.node)
-    first = {}
+    first, gaps = {}, {}
+    constants = constant_values(model)
     for node in model.graph.node:
-        first.setdefault((node.domain, node.op_type), node.name or "<unnamed>")
+        key = (node.domain, node.op_type)
+        first.setdefault(key, node.name or "<unnamed>")
+        reason = gap_reason(node, constants)
+        if reason and key not in gaps:
+            gaps[key] = f"{reason} (node {node.name or '<unnamed>'!r})"
     rows = []
     for (domain, op_type), count in sorted(counts.items(), key=lambda kv: kv[0][1]):
         if domain not in STANDARD_DOMAINS:
@@ -118,7 +126,8 @@ def op_table(model: onnx.ModelProto) -> list[OpRow]:
         elif op_type not in converters:
             reason = "no converter for this op"
         else:
-            reason = opset_problem(op_type, opset, impl_versions(converters[op_type]))
+            reason = (opset_problem(op_type, opset, impl_versions(converters[op_type]))
+                      or gaps.get((domain, op_type), ""))
         rows.append(OpRow(op_type, domain or "ai.onnx", count, not reason, reason,
                           first[(domain, op_type)]))
     return rows

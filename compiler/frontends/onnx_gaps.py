@@ -1,0 +1,62 @@
+"""Configurations of supported ops that TVM 0.27 converts to a wrong answer and that no rewrite
+(onnx_rewrites.py) fixes yet: refused by the op check, by name, instead of compiling silently
+wrong. Each entry was found by the node suite (tests/conformance) or a model from the wild.
+
+A check takes (node, constants) and returns a reason, or '' when the node is fine."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import onnx
+from onnx import helper
+
+Check = Callable[[onnx.NodeProto, dict], str]
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for attr in node.attribute:
+        if attr.name == name:
+            return helper.get_attribute_value(attr)
+    return default
+
+
+def batchnorm_training(node, _constants) -> str:
+    if _attr(node, "training_mode", 0):
+        return "training_mode=1 (batch statistics): aotc compiles inference graphs only"
+    return ""
+
+
+def dropout_training(node, constants) -> str:
+    if len(node.input) > 2 and node.input[2]:
+        value = constants.get(node.input[2])
+        if value is None:
+            return ("training_mode given as a run-time input: aotc compiles inference graphs "
+                    "only (make it a constant False)")
+        if bool(value):
+            return "training_mode=True (random masks): aotc compiles inference graphs only"
+    return ""
+
+
+def nms_any(_node, _constants) -> str:
+    return ("TVM 0.27's NonMaxSuppression returns no boxes (a silent wrong answer in the ONNX "
+            "node suite); not supported yet")
+
+
+def roialign_max(node, _constants) -> str:
+    if _attr(node, "mode", b"avg") in (b"max", "max"):
+        return "mode='max' computes wrong values in TVM 0.27; only mode='avg' is supported"
+    return ""
+
+
+GAPS: dict[str, Check] = {
+    "BatchNormalization": batchnorm_training,
+    "Dropout": dropout_training,
+    "NonMaxSuppression": nms_any,
+    "RoiAlign": roialign_max,
+}
+
+
+def gap_reason(node: onnx.NodeProto, constants: dict) -> str:
+    check = GAPS.get(node.op_type)
+    return check(node, constants) if check and node.domain in ("", "ai.onnx") else ""

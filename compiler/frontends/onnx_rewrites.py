@@ -1,0 +1,274 @@
+"""ONNX-to-ONNX rewrites that run before TVM's importer, one function per op.
+
+Why: TVM 0.27's converters give silent wrong answers for some attributes and outputs of these
+ops (found by tests/conformance: LayerNormalization's Mean/InvStdDev came back as scalars,
+Dropout's mask as float, IsInf ignored detect_negative/positive, ConvTranspose ignored
+output_shape, Expand broadcast one-way, Mish lost precision near zero, BitShift by >= the bit
+width was undefined). Each rewrite re-expresses the node in ops TVM converts correctly, as the
+ONNX spec defines them; the op check has already run on the user's original graph.
+
+A rewrite returns the nodes that replace ``node`` (outputs keep their names), or None to keep it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from aotc.errors import UnsupportedModelError
+
+from .onnx_graph import GraphInfo
+
+Rewrite = Callable[[onnx.NodeProto, GraphInfo], "list[onnx.NodeProto] | None"]
+
+
+def _const(info: GraphInfo, value, dtype, hint: str = "c") -> tuple[str, onnx.NodeProto]:
+    name = info.fresh(hint)
+    array = np.asarray(value, dtype=dtype)
+    return name, helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array))
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _np_dtype(info: GraphInfo, name: str):
+    elem = info.elem_type(name)
+    return None if elem is None else helper.tensor_dtype_to_np_dtype(elem)
+
+
+def layer_norm_stats(node, info):
+    """Mean and InvStdDev (outputs 1, 2) computed as the spec defines them, over axes
+    [axis, rank), in the stash type (float32); output 0 stays a LayerNormalization."""
+    outputs = list(node.output)
+    if len(outputs) < 2 or not any(outputs[1:]):
+        return None
+    rank = len(info.shape(node.input[0]) or [])
+    if not rank:
+        return None
+    attrs = _attrs(node)
+    axis = attrs.get("axis", -1) % rank
+    axes = list(range(axis, rank))
+    x = info.fresh("ln_x")
+    nodes = [helper.make_node("Cast", [node.input[0]], [x], to=TensorProto.FLOAT)]
+    mean, diff, square, var, var_eps, std = (info.fresh(h) for h in
+                                             ("mean", "d", "sq", "var", "var_eps", "std"))
+    nodes += _reduce_mean(info, x, axes, outputs[1] or mean)
+    nodes.append(helper.make_node("Sub", [x, outputs[1] or mean], [diff]))
+    nodes.append(helper.make_node("Mul", [diff, diff], [square]))
+    nodes += _reduce_mean(info, square, axes, var)
+    eps_name, eps = _const(info, attrs.get("epsilon", 1e-5), np.float32, "eps")
+    nodes += [eps, helper.make_node("Add", [var, eps_name], [var_eps]),
+              helper.make_node("Sqrt", [var_eps], [std])]
+    if len(outputs) > 2 and outputs[2]:
+        nodes.append(helper.make_node("Reciprocal", [std], [outputs[2]]))
+    keep = onnx.NodeProto()
+    keep.CopyFrom(node)
+    del keep.output[1:]
+    return [keep, *nodes]
+
+
+def _reduce_mean(info, x: str, axes: list[int], out: str) -> list:
+    if info.opset >= 18:
+        axes_name, axes_node = _const(info, axes, np.int64, "axes")
+        return [axes_node, helper.make_node("ReduceMean", [x, axes_name], [out], keepdims=1)]
+    return [helper.make_node("ReduceMean", [x], [out], axes=axes, keepdims=1)]
+
+
+def dropout_at_inference(node, info):
+    """Inference Dropout: output 0 is the input; the mask (output 1) is all True, as bool."""
+    if len(node.output) < 2 or not node.output[1]:
+        return None
+    if len(node.input) > 2 and node.input[2]:
+        training = info.constants.get(node.input[2])
+        if training is None or bool(training):
+            return None  # refused by the op check (onnx_gaps): not an inference graph
+    shape = info.fresh("shape")
+    return [helper.make_node("Identity", [node.input[0]], [node.output[0]]),
+            helper.make_node("Shape", [node.input[0]], [shape]),
+            helper.make_node("ConstantOfShape", [shape], [node.output[1]],
+                             value=numpy_helper.from_array(np.array([True])))]
+
+
+def isinf_directions(node, info):
+    attrs = _attrs(node)
+    negative, positive = attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
+    if negative and positive:
+        return None
+    x, out = node.input[0], node.output[0]
+    if not negative and not positive:
+        return [helper.make_node("Less", [x, x], [out])]  # false everywhere, NaN included
+    inf, sign = info.fresh("isinf"), info.fresh("sign")
+    zero_name, zero = _const(info, 0, _np_dtype(info, x) or np.float32, "zero")
+    compare = "Greater" if positive else "Less"
+    return [zero, helper.make_node("IsInf", [x], [inf]),
+            helper.make_node(compare, [x, zero_name], [sign]),
+            helper.make_node("And", [inf, sign], [out])]
+
+
+def stable_mish(node, info):
+    """mish(x) = x * tanh(ln(1 + e^x)) = x * n / (n + 2) with n = e^x (e^x + 2): no 1 + tiny
+    cancellation (TVM's form was 9.5e-7 off near x = -10); x itself above 20 (tanh = 1)."""
+    x, out = node.input[0], node.output[0]
+    dtype = _np_dtype(info, x) or np.float32
+    e, e2, n, n2, ratio, prod, big = (info.fresh(h) for h in
+                                      ("e", "e2", "n", "n2", "ratio", "prod", "big"))
+    two_name, two = _const(info, 2, dtype, "two")
+    limit_name, limit = _const(info, 20, dtype, "limit")
+    return [two, limit, helper.make_node("Exp", [x], [e]),
+            helper.make_node("Add", [e, two_name], [e2]),
+            helper.make_node("Mul", [e, e2], [n]),
+            helper.make_node("Add", [n, two_name], [n2]),
+            helper.make_node("Div", [n, n2], [ratio]),
+            helper.make_node("Mul", [x, ratio], [prod]),
+            helper.make_node("Greater", [x, limit_name], [big]),
+            helper.make_node("Where", [big, x, prod], [out])]
+
+
+def stable_softplus(node, info):
+    """softplus(x) = log1p(e^x), with log1p(t) = log(u) * t / (u - 1), u = 1 + t (Kahan): exact
+    where TVM's log(1 + e^x) rounds 1 + tiny; x itself above 20."""
+    x, out = node.input[0], node.output[0]
+    dtype = _np_dtype(info, x) or np.float32
+    e, u, log_u, um1, scaled, ratio, exact, small, big = (info.fresh(h) for h in (
+        "e", "u", "log_u", "um1", "scaled", "ratio", "exact", "small", "big"))
+    one_name, one = _const(info, 1, dtype, "one")
+    limit_name, limit = _const(info, 20, dtype, "limit")
+    return [one, limit, helper.make_node("Exp", [x], [e]),
+            helper.make_node("Add", [one_name, e], [u]),
+            helper.make_node("Log", [u], [log_u]),
+            helper.make_node("Sub", [u, one_name], [um1]),
+            helper.make_node("Mul", [log_u, e], [scaled]),
+            helper.make_node("Div", [scaled, um1], [ratio]),
+            helper.make_node("Equal", [u, one_name], [small]),
+            helper.make_node("Where", [small, e, ratio], [exact]),
+            helper.make_node("Greater", [x, limit_name], [big]),
+            helper.make_node("Where", [big, x, exact], [out])]
+
+
+def conv_transpose_output_shape(node, info):
+    """output_shape -> explicit pads (and output_padding), by the spec's formula."""
+    attrs = _attrs(node)
+    if "output_shape" not in attrs:
+        return None
+    x_shape, w_shape = info.shape(node.input[0]), info.shape(node.input[1])
+    if not x_shape or not w_shape or None in x_shape[2:] or None in w_shape[2:]:
+        raise UnsupportedModelError(
+            f"ConvTranspose node {node.name!r}: output_shape needs static input and kernel "
+            "shapes to turn into pads (TVM ignores it); fix the shapes with --input-shape")
+    pads, out_pad = output_shape_pads(attrs, x_shape[2:], w_shape[2:])
+    keep = helper.make_node("ConvTranspose", list(node.input), list(node.output), name=node.name)
+    for key, value in attrs.items():
+        if key not in ("output_shape", "pads", "auto_pad", "output_padding"):
+            keep.attribute.append(helper.make_attribute(key, value))
+    keep.attribute.extend([helper.make_attribute("pads", pads),
+                           helper.make_attribute("output_padding", out_pad)])
+    return [keep]
+
+
+def output_shape_pads(attrs: dict, spatial: list[int], kernel: list[int]):
+    n = len(spatial)
+    output_shape = list(attrs["output_shape"])[-n:]
+    strides = list(attrs.get("strides", [1] * n))
+    dilations = list(attrs.get("dilations", [1] * n))
+    out_pad = list(attrs.get("output_padding", [0] * n))
+    begin, end = [0] * n, [0] * n
+    for i in range(n):
+        total = (strides[i] * (spatial[i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1
+                 - output_shape[i])
+        if total < 0:
+            out_pad[i] -= total
+            total = 0
+        upper = attrs.get("auto_pad", b"NOTSET") in (b"SAME_UPPER", "SAME_UPPER")
+        begin[i], end[i] = (total // 2, total - total // 2) if upper else (total - total // 2,
+                                                                              total // 2)
+    return begin + end, out_pad
+
+
+def bidirectional_expand(node, info):
+    """ONNX Expand broadcasts both ways (shape [2, 1, 6] on data [3, 1] gives [2, 3, 6]); TVM
+    takes the shape as the output's. A constant shape is replaced by the broadcast of both; a
+    computed one becomes data + Expand(-0.0, shape), which broadcasts both ways and keeps every
+    value (-0.0 is the additive identity that preserves -0.0 too)."""
+    data, shape_in = node.input[0], node.input[1]
+    data_shape = info.shape(data)
+    if shape_in in info.constants and data_shape and None not in data_shape:
+        wanted = [int(d) for d in info.constants[shape_in]]
+        full = list(np.broadcast_shapes(tuple(data_shape), tuple(wanted)))
+        if full == wanted:
+            return None
+        name, const = _const(info, full, np.int64, "shape")
+        return [const, helper.make_node("Expand", [data, name], list(node.output))]
+    dtype = _np_dtype(info, data)
+    if dtype is None or dtype.kind not in "fiu":
+        return None
+    zero_name, zero = _const(info, -0.0 if dtype.kind == "f" else 0, dtype, "zero")
+    spread = info.fresh("spread")
+    return [zero, helper.make_node("Expand", [zero_name, shape_in], [spread]),
+            helper.make_node("Add", [data, spread], list(node.output))]
+
+
+def bitshift_out_of_range(node, info):
+    """Shifts outside [0, bit width) are defined by ONNX (left: 0; right: the sign fill) but
+    undefined in LLVM: select them explicitly."""
+    x, y = node.input
+    dtype = _np_dtype(info, x)
+    if dtype is None:
+        return None
+    width = np.dtype(dtype).itemsize * 8
+    right = _attrs(node).get("direction") in (b"RIGHT", "RIGHT")
+    names = {h: info.fresh(h) for h in ("lo", "lo_n", "hi", "ok", "safe", "shifted", "fill",
+                                        "neg")}
+    zero_name, zero = _const(info, 0, dtype, "zero")
+    width_name, width_c = _const(info, width, dtype, "width")
+    nodes = [zero, width_c,
+             helper.make_node("Less", [y, zero_name], [names["lo"]]),
+             helper.make_node("Less", [y, width_name], [names["hi"]]),
+             helper.make_node("Not", [names["lo"]], [names["lo_n"]]),
+             helper.make_node("And", [names["lo_n"], names["hi"]], [names["ok"]]),
+             helper.make_node("Where", [names["ok"], y, zero_name], [names["safe"]]),
+             helper.make_node("BitShift", [x, names["safe"]], [names["shifted"]],
+                              direction="RIGHT" if right else "LEFT")]
+    fill = zero_name
+    if right and np.dtype(dtype).kind == "i":
+        minus_name, minus = _const(info, -1, dtype, "minus1")
+        nodes += [minus, helper.make_node("Less", [x, zero_name], [names["neg"]]),
+                  helper.make_node("Where", [names["neg"], minus_name, zero_name],
+                                   [names["fill"]])]
+        fill = names["fill"]
+    nodes.append(helper.make_node("Where", [names["ok"], names["shifted"], fill],
+                                  list(node.output)))
+    return nodes
+
+
+REWRITES: dict[str, Rewrite] = {
+    "LayerNormalization": layer_norm_stats,
+    "Dropout": dropout_at_inference,
+    "IsInf": isinf_directions,
+    "Mish": stable_mish,
+    "Softplus": stable_softplus,
+    "ConvTranspose": conv_transpose_output_shape,
+    "Expand": bidirectional_expand,
+    "BitShift": bitshift_out_of_range,
+}
+
+
+def apply_rewrites(model: onnx.ModelProto, info: GraphInfo) -> tuple[onnx.ModelProto, dict]:
+    """A copy of ``model`` with every applicable rewrite done; returns (model, {op: count})."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes, counts = [], {}
+    for node in model.graph.node:
+        rewrite = REWRITES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        replaced = rewrite(node, info) if rewrite else None
+        if replaced is None:
+            nodes.append(node)
+            continue
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+        nodes.extend(replaced)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out, counts
