@@ -15,6 +15,7 @@ from aotc.errors import CompileError, ModelLoadError, meaningful_line
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
 from .imported import ImportedModel, output_specs
+from .onnx_fold import fold_constants
 from .onnx_graph import GraphInfo, with_fixed_inputs
 from .onnx_ops import check_ops, model_opset
 from .onnx_rewrites import apply_rewrites
@@ -81,6 +82,16 @@ def graph_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
     return specs
 
 
+def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
+    """Fold constant shape arithmetic, then rewrite what TVM converts wrongly (the op check has
+    already run on the user's graph). Shape inference runs again after folding: folded shapes
+    let it see through Reshape and Expand."""
+    opset = model_opset(model)
+    model, _folded = fold_constants(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
+    model, _rewritten = apply_rewrites(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
+    return model
+
+
 def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) -> ImportedModel:
     model, name = read_onnx(source)
     check_ops(model, name)
@@ -91,8 +102,7 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
         raise ModelLoadError(f"{name}: input(s) {unknown} have unnamed dynamic dimensions; fix "
                              "them with --input-shape NAME=D1,D2,...")
     inputs = [TensorSpec(t.name, tuple(shapes[t.name]), t.dtype) for t in inputs]
-    info = GraphInfo(with_fixed_inputs(model, shapes), model_opset(model))
-    model, _rewritten = apply_rewrites(model, info)
+    model = prepare_for_tvm(model, shapes)
     from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
     try:
         # Inputs with named dims are left out: the importer then makes them symbolic (tir.Var)

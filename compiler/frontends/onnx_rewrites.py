@@ -190,25 +190,22 @@ def output_shape_pads(attrs: dict, spatial: list[int], kernel: list[int]):
 
 def bidirectional_expand(node, info):
     """ONNX Expand broadcasts both ways (shape [2, 1, 6] on data [3, 1] gives [2, 3, 6]); TVM
-    takes the shape as the output's. A constant shape is replaced by the broadcast of both; a
-    computed one becomes data + Expand(-0.0, shape), which broadcasts both ways and keeps every
-    value (-0.0 is the additive identity that preserves -0.0 too)."""
+    takes the shape as the output's. A constant shape (shape arithmetic is folded first) is
+    replaced by the broadcast of both. A shape only known at run time is refused: TVM's result
+    would be wrong whenever the shape holds a 1 where the data does not."""
     data, shape_in = node.input[0], node.input[1]
     data_shape = info.shape(data)
-    if shape_in in info.constants and data_shape and None not in data_shape:
-        wanted = [int(d) for d in info.constants[shape_in]]
-        full = list(np.broadcast_shapes(tuple(data_shape), tuple(wanted)))
-        if full == wanted:
-            return None
-        name, const = _const(info, full, np.int64, "shape")
-        return [const, helper.make_node("Expand", [data, name], list(node.output))]
-    dtype = _np_dtype(info, data)
-    if dtype is None or dtype.kind not in "fiu":
+    if shape_in not in info.constants or not data_shape or None in data_shape:
+        raise UnsupportedModelError(
+            f"Expand node {node.name!r}: its shape {shape_in!r} is only known at run time; TVM "
+            "broadcasts it one way only (wrong when it holds a 1 where the data does not). Fix "
+            "the input shapes (--input-shape) so that it folds to a constant")
+    wanted = [int(d) for d in info.constants[shape_in]]
+    full = list(np.broadcast_shapes(tuple(data_shape), tuple(wanted)))
+    if full == wanted:
         return None
-    zero_name, zero = _const(info, -0.0 if dtype.kind == "f" else 0, dtype, "zero")
-    spread = info.fresh("spread")
-    return [zero, helper.make_node("Expand", [zero_name, shape_in], [spread]),
-            helper.make_node("Add", [data, spread], list(node.output))]
+    name, const = _const(info, full, np.int64, "shape")
+    return [const, helper.make_node("Expand", [data, name], list(node.output))]
 
 
 def bitshift_out_of_range(node, info):
@@ -244,7 +241,36 @@ def bitshift_out_of_range(node, info):
     return nodes
 
 
+def float_mod_by_infinity(node, info):
+    """Mod with fmod=0 on floats is numpy's mod: a % +-inf is a when a and the divisor agree
+    in sign (or a == 0), else the divisor. TVM's a - floor(a / b) * b gives NaN there."""
+    attrs = _attrs(node)
+    a, b = node.input
+    dtype = _np_dtype(info, a)
+    if attrs.get("fmod", 0) or dtype is None or np.dtype(dtype).kind != "f":
+        return None
+    n = {h: info.fresh(h) for h in ("mod", "binf", "ainf", "anan", "afin", "use", "zero_a",
+                                    "apos", "bpos", "same", "keep", "atinf")}
+    zero_name, zero = _const(info, 0, dtype, "zero")
+    return [zero,
+            helper.make_node("Mod", [a, b], [n["mod"]], fmod=0),
+            helper.make_node("IsInf", [b], [n["binf"]]),
+            helper.make_node("IsInf", [a], [n["ainf"]]),
+            helper.make_node("IsNaN", [a], [n["anan"]]),
+            helper.make_node("Or", [n["ainf"], n["anan"]], [n["afin"] + "_not"]),
+            helper.make_node("Not", [n["afin"] + "_not"], [n["afin"]]),
+            helper.make_node("And", [n["binf"], n["afin"]], [n["use"]]),
+            helper.make_node("Equal", [a, zero_name], [n["zero_a"]]),
+            helper.make_node("Greater", [a, zero_name], [n["apos"]]),
+            helper.make_node("Greater", [b, zero_name], [n["bpos"]]),
+            helper.make_node("Equal", [n["apos"], n["bpos"]], [n["same"]]),
+            helper.make_node("Or", [n["zero_a"], n["same"]], [n["keep"]]),
+            helper.make_node("Where", [n["keep"], a, b], [n["atinf"]]),
+            helper.make_node("Where", [n["use"], n["atinf"], n["mod"]], list(node.output))]
+
+
 REWRITES: dict[str, Rewrite] = {
+    "Mod": float_mod_by_infinity,
     "LayerNormalization": layer_norm_stats,
     "Dropout": dropout_at_inference,
     "IsInf": isinf_directions,

@@ -140,22 +140,29 @@ def _bound_source(use: IndexUse, data_dims: list[str], loop: list[str]) -> str:
 
 @relax.expr_functor.mutator
 class _Guarder(relax.PyExprMutator):
+    """Re-emits every binding as it is, except calls with index arguments, whose indices it
+    guards. Bindings are not re-normalized: a dynamic strided_slice re-normalized emits
+    shape-function calls to a GlobalVar it never defines (ONNX Slice with run-time starts
+    then failed in FuseOps)."""
+
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
         self.kernels: dict[tuple, tvm.ir.GlobalVar] = {}
-        self.guarded = 0
 
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        if not isinstance(call.op, tvm.ir.Op):
-            return call
-        uses = _index_uses(call)
-        if not uses:
-            return call
+    def visit_var_binding_(self, binding) -> None:
+        value = binding.value
+        if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                and _index_uses(value)):
+            binding = relax.VarBinding(binding.var, self.builder_.normalize(self._guarded(value)))
+        self.builder_.emit_normalized(binding)
+
+    def visit_match_cast_(self, binding) -> None:
+        self.builder_.emit_normalized(binding)
+
+    def _guarded(self, call: relax.Call) -> relax.Call:
         args = list(call.args)
-        data = args[0]
-        for use in uses:
-            args[use.arg] = self._guard_arg(args[use.arg], data, use, _short_op(call))
+        for use in _index_uses(call):
+            args[use.arg] = self._guard_arg(args[use.arg], args[0], use, _short_op(call))
         if call.op.name == "relax.take":
             # Clip, not TVM's "fast" mode: the guard already made every index valid, and fast
             # mode prints a segfault warning per take at every compile.
@@ -180,7 +187,6 @@ class _Guarder(relax.PyExprMutator):
         if key not in self.kernels:
             kernel = guard_kernel(itype, data.ty.ndim, str(data.ty.dtype), use, op)
             self.kernels[key] = self.builder_.add_func(kernel, f"aotc_guard_{op}_indices")
-        self.guarded += 1
         return self.builder_.emit(relax.call_tir(self.kernels[key], [indices, data], itype))
 
 

@@ -51,8 +51,10 @@ class LiftMinMaxCallTIR:
             return mod
 
         def lift(call, _matches):
-            if call.args[0] not in kinds:
+            if not isinstance(call, relax.Call) or call.args[0] not in kinds:
                 return call
+            if not isinstance(call.args[1], relax.Tuple):
+                return call  # arguments bound to a variable (Clip without bounds): not ours
             args = call.args[1].fields
             if len(args) != 2 or not isinstance(args[1], tvm.ir.expr.Constant):
                 return call
