@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -33,8 +36,7 @@ class Model:
         settings.apply_thread_setting()
         ffi = tvm_ffi()
         try:
-            # An absolute path: dlopen reads a bare "model.so" as a library name to search for.
-            self._lib = ffi.load_module(str(self.path.resolve()))
+            self._lib = _load_by_content(ffi, self.path, self.metadata["hash"])
             self._vm = self._lib["vm_load_executable"]()
         except Exception as err:
             raise ArtifactError(f"{self.path}: TVM runtime could not load it: {err}") from None
@@ -69,6 +71,29 @@ class Model:
         names = [o.name for o in self.signature.outputs]
         names += [f"output{i}" for i in range(len(names), len(outputs))]
         return {name: np.from_dlpack(out) for name, out in zip(names, outputs)}
+
+
+_LINKS: dict[str, str] = {}
+
+
+def _load_by_content(ffi, path: Path, digest: str):
+    """dlopen the library under a name unique to its content.
+
+    dlopen returns the already-loaded library for a path it has seen, so a model recompiled
+    to the same path and loaded again in one process ran the old code (a silent wrong answer;
+    found with two torch models written to one path in turn). A symlink named by the file's
+    SHA-256 makes a new build a new library and the same build the same one. The path is
+    absolute: dlopen reads a bare "model.so" as a library name to search for."""
+    if "dir" not in _LINKS:
+        _LINKS["dir"] = tempfile.mkdtemp(prefix="aotc-runtime-")
+        atexit.register(shutil.rmtree, _LINKS["dir"], ignore_errors=True)
+    link = Path(_LINKS["dir"]) / f"{digest[:40]}.so"
+    if not link.exists():
+        link.symlink_to(path.resolve())
+    try:
+        return ffi.load_module(str(link))
+    finally:
+        link.unlink(missing_ok=True)  # the mapping stays; the name is no longer needed
 
 
 def check_inputs(signature: ModelSignature, inputs: dict) -> list[np.ndarray]:

@@ -122,3 +122,22 @@ def test_memory_is_flat_over_10000_runs(model, x):
     grown = _rss_mb() - before
     print(f"RSS before {before:.1f} MB, growth over 10,000 runs {grown:.2f} MB")
     assert grown < 8, f"RSS grew {grown:.1f} MB over 10,000 runs"
+
+
+def test_rebuilt_library_at_the_same_path_is_reloaded(tmp_path):
+    """dlopen hands back the library already loaded from a path: a model rebuilt to the same
+    path used to run the old code."""
+    def build(op):
+        graph = helper.make_graph([helper.make_node(op, ["x"], ["y"])], op,
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                  tmp_path / "m.onnx")
+        aotc.compile(tmp_path / "m.onnx", output=tmp_path / "m.so")
+        return aotc.load(tmp_path / "m.so")
+
+    x = np.array([-1, 2, -3, 4], np.float32)
+    first = build("Relu")
+    np.testing.assert_array_equal(first(x=x)["y"], np.maximum(x, 0))
+    np.testing.assert_array_equal(build("Neg")(x=x)["y"], -x)
+    np.testing.assert_array_equal(first(x=x)["y"], np.maximum(x, 0))

@@ -41,3 +41,54 @@ def test_saved_pt2_matches_torch(tmp_path):
 def test_resnet18_module_matches_torch(tmp_path):
     model, inputs = models.build("resnet18")
     check_against_torch(model, inputs, tmp_path, rtol=1e-4, atol=1e-4)
+
+
+class ConvGRU(torch.nn.Module):
+    """conv1d features, a GRU, the last step classified: x[:, -1] read out of bounds before
+    GuardIndices (outputs of 1e25 or NaN)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(8, 16, 3, padding=1)
+        self.gru = torch.nn.GRU(16, 32, batch_first=True)
+        self.fc = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        out, _ = self.gru(torch.relu(self.conv(x)).transpose(1, 2))
+        return self.fc(out[:, -1])
+
+
+class LSTMTagger(torch.nn.Module):
+    """Embedding -> bidirectional LSTM -> per-token classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.lstm = torch.nn.LSTM(16, 24, batch_first=True, bidirectional=True)
+        self.fc = torch.nn.Linear(48, 7)
+
+    def forward(self, ids):
+        out, _ = self.lstm(self.emb(ids))
+        return self.fc(out)
+
+
+def test_conv_gru_classifier_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    check_against_torch(ConvGRU(), (torch.randn(2, 8, 20),), tmp_path, atol=1e-5)
+
+
+def test_bidirectional_lstm_tagger_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    check_against_torch(LSTMTagger(), (torch.randint(0, 50, (2, 12)),), tmp_path, atol=1e-5)
+
+
+class Unsupported(torch.nn.Module):
+    def forward(self, x):
+        return torch.special.bessel_j0(x) + torch.special.i1e(x)
+
+
+def test_unsupported_ops_are_listed_up_front(tmp_path):
+    from aotc.errors import UnsupportedModelError
+    with pytest.raises(UnsupportedModelError, match=r"2 unsupported PyTorch op\(s\).*bessel_j0.*"
+                                                    r"special_i1e"):
+        aotc.compile(Unsupported(), example_inputs=(torch.randn(3),), output=tmp_path / "u.so")

@@ -10,6 +10,7 @@ from aotc.errors import CompileError, ModelLoadError, meaningful_line
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
 from .imported import ImportedModel, output_specs
+from .torch_ops import check_torch_ops
 
 
 def _export(module, example_inputs):
@@ -52,9 +53,11 @@ def import_torch(source, example_inputs=None) -> ImportedModel:
     else:
         program, name = _export(source, example_inputs), type(source).__name__
     from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
+    program = program.run_decompositions()  # what TVM's importer would see; done once, here
+    check_torch_ops(program, name)
     try:
         mod = from_exported_program(program, keep_params_as_input=False,
-                                    unwrap_unit_return_tuple=True)
+                                    unwrap_unit_return_tuple=True, run_ep_decomposition=False)
     except Exception as err:
         raise CompileError(f"{name}: TVM's PyTorch importer failed: {type(err).__name__}: "
                            f"{meaningful_line(err)}") from err
