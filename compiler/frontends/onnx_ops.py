@@ -17,6 +17,7 @@ from aotc.errors import UnsupportedModelError
 
 from .onnx_gaps import gap_reason
 from .onnx_graph import constant_values
+from .onnx_rewrites import OWN_CONVERTERS
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -123,6 +124,8 @@ def op_table(model: onnx.ModelProto) -> list[OpRow]:
     for (domain, op_type), count in sorted(counts.items(), key=lambda kv: kv[0][1]):
         if domain not in STANDARD_DOMAINS:
             reason = f"domain {domain!r} is not the standard ONNX domain"
+        elif op_type in OWN_CONVERTERS:
+            reason = gaps.get((domain, op_type), "")
         elif op_type not in converters:
             reason = "no converter for this op"
         else:

@@ -21,6 +21,10 @@ from onnx import TensorProto, helper, numpy_helper
 from aotc.errors import UnsupportedModelError
 
 from .onnx_graph import GraphInfo
+from .onnx_rnn import expand_recurrent
+
+# Ops TVM has no converter for that aotc expands itself (the op check accepts them).
+OWN_CONVERTERS = ("LSTM", "GRU", "RNN")
 
 Rewrite = Callable[[onnx.NodeProto, GraphInfo], "list[onnx.NodeProto] | None"]
 
@@ -270,6 +274,9 @@ def float_mod_by_infinity(node, info):
 
 
 REWRITES: dict[str, Rewrite] = {
+    "LSTM": expand_recurrent,
+    "GRU": expand_recurrent,
+    "RNN": expand_recurrent,
     "Mod": float_mod_by_infinity,
     "LayerNormalization": layer_norm_stats,
     "Dropout": dropout_at_inference,
