@@ -21,10 +21,11 @@ from onnx import TensorProto, helper, numpy_helper
 from aotc.errors import UnsupportedModelError
 
 from .onnx_graph import GraphInfo
+from .onnx_control import if_to_where
 from .onnx_rnn import expand_recurrent
 
 # Ops TVM has no converter for that aotc expands itself (the op check accepts them).
-OWN_CONVERTERS = ("LSTM", "GRU", "RNN")
+OWN_CONVERTERS = ("If", "LSTM", "GRU", "RNN")
 
 Rewrite = Callable[[onnx.NodeProto, GraphInfo], "list[onnx.NodeProto] | None"]
 
@@ -274,6 +275,7 @@ def float_mod_by_infinity(node, info):
 
 
 REWRITES: dict[str, Rewrite] = {
+    "If": if_to_where,
     "LSTM": expand_recurrent,
     "GRU": expand_recurrent,
     "RNN": expand_recurrent,
@@ -291,17 +293,25 @@ REWRITES: dict[str, Rewrite] = {
 
 def apply_rewrites(model: onnx.ModelProto, info: GraphInfo) -> tuple[onnx.ModelProto, dict]:
     """A copy of ``model`` with every applicable rewrite done; returns (model, {op: count})."""
+    counts: dict[str, int] = {}
+    nodes = _rewrite_nodes(list(model.graph.node), info, counts)
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    nodes, counts = [], {}
-    for node in model.graph.node:
-        rewrite = REWRITES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-        replaced = rewrite(node, info) if rewrite else None
-        if replaced is None:
-            nodes.append(node)
-            continue
-        counts[node.op_type] = counts.get(node.op_type, 0) + 1
-        nodes.extend(replaced)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out, counts
+
+
+def _rewrite_nodes(nodes: list, info: GraphInfo, counts: dict) -> list:
+    result = []
+    for node in nodes:
+        rewrite = REWRITES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        replaced = rewrite(node, info) if rewrite else None
+        if replaced is None:
+            result.append(node)
+            continue
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+        if node.op_type == "If":  # inlined branches may hold ops that need rewriting too
+            replaced = _rewrite_nodes(replaced, info, counts)
+        result.extend(replaced)
+    return result

@@ -22,6 +22,14 @@ from aotc.errors import meaningful_line
 
 LOG = logging.getLogger("aotc.passes")
 
+DESIRED_LAYOUTS = {
+    "relax.nn.conv2d": ["NHWC", "HWIO"],
+    # Pinned to NCHW: otherwise it inherits NHWC from its producer, and TVM 0.27 cannot legalize
+    # an NHWC conv2d_transpose (codegen failed on every segmentation head with learned
+    # upsampling). Transposes around it are the price until it gets an NHWC kernel.
+    "relax.nn.conv2d_transpose": ["NCHW", "IOHW"],
+}
+
 
 @tvm.transform.module_pass(opt_level=0, name="ConvertLayoutNHWC")
 class ConvertLayoutNHWC:
@@ -29,7 +37,7 @@ class ConvertLayoutNHWC:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         try:
-            return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
+            return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(mod)
         except Exception as err:  # pylint: disable=broad-except  # TVM raises InternalError
             reason = meaningful_line(err) or type(err).__name__
             LOG.warning("ConvertLayout to NHWC refused this model, keeping NCHW: %s", reason)

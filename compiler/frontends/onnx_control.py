@@ -1,0 +1,65 @@
+"""ONNX ``If`` as straight-line ops: TVM 0.27 has no converter for If (nor Loop, Scan).
+
+A constant condition (often one after shape folding) inlines the branch it selects. A run-time
+condition inlines both branches and selects each output with ``Where``: both are computed, which
+is correct for ONNX's side-effect-free branches and costs the branch not taken. That needs both
+branches to give outputs of one static shape (ONNX shape inference merges them; an unknown dim
+means they may differ), else the If is refused with a clear error.
+
+Branch-internal names are renamed (they may repeat outer names); branch initializers become
+Constant nodes. A branch that itself holds a subgraph (a nested If, Loop or Scan) is refused."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+from aotc.errors import UnsupportedModelError
+
+from .onnx_graph import GraphInfo
+
+
+def if_to_where(node: onnx.NodeProto, info: GraphInfo) -> list[onnx.NodeProto]:
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    then_graph, else_graph = attrs["then_branch"], attrs["else_branch"]
+    cond = node.input[0]
+    if cond in info.constants:
+        chosen = then_graph if bool(info.constants[cond].reshape(-1)[0]) else else_graph
+        nodes, outs = inline_branch(chosen, info, node)
+        return nodes + [helper.make_node("Identity", [o], [name])
+                        for o, name in zip(outs, node.output)]
+    for name in node.output:
+        shape = info.shape(name)
+        if shape is None or None in shape:
+            raise UnsupportedModelError(
+                f"If node {node.name!r}: output {name!r} has no single static shape across both "
+                "branches; aotc computes both branches and selects, which needs one")
+    then_nodes, then_outs = inline_branch(then_graph, info, node)
+    else_nodes, else_outs = inline_branch(else_graph, info, node)
+    selects = [helper.make_node("Where", [cond, t, e], [name])
+               for t, e, name in zip(then_outs, else_outs, node.output)]
+    return then_nodes + else_nodes + selects
+
+
+def inline_branch(graph: onnx.GraphProto, info: GraphInfo, node: onnx.NodeProto):
+    """The branch's nodes with its own names made fresh; returns (nodes, its output names)."""
+    renamed: dict[str, str] = {}
+    nodes = []
+    for init in graph.initializer:
+        renamed[init.name] = info.fresh("branch_const")
+        nodes.append(helper.make_node("Constant", [], [renamed[init.name]], value=init))
+    for inner in graph.node:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for a in inner.attribute):
+            raise UnsupportedModelError(
+                f"If node {node.name!r}: a branch holds nested control flow ({inner.op_type}), "
+                "which aotc does not inline yet")
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        copy.input[:] = [renamed.get(n, n) for n in inner.input]
+        for k, out in enumerate(inner.output):
+            if out:
+                renamed[out] = info.fresh("branch")
+                copy.output[k] = renamed[out]
+        nodes.append(copy)
+    return nodes, [renamed.get(o.name, o.name) for o in graph.output]
