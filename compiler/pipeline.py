@@ -22,6 +22,7 @@ from tvm import relax
 from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
+from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
 from .passes import (ConvertLayoutNHWC, GuardIndices, LiftMinMaxCallTIR, RemoveIdentityBroadcast,
                      RemoveInferenceDropout, SumOfStackToAdd)
 
@@ -36,7 +37,7 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
                       RemoveInferenceDropout()]),
         ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
         ("lower", [GuardIndices(),
-                   relax.transform.LegalizeOps(),
+                   relax.transform.LegalizeOps(EXACT_MINMAX),
                    relax.transform.AnnotateTIROpPattern(),
                    relax.transform.FoldConstant(),
                    relax.transform.FuseOps(),

@@ -64,7 +64,8 @@ def newest_converter_opset() -> int:
     return max(v for cls in _converter_map().values() for v in impl_versions(cls))
 
 
-def opset_problem(op_type: str, opset: int, versions: list[int]) -> str:
+def opset_problem(op_type: str, opset: int, versions: list[int],
+                  used_attrs: frozenset = frozenset()) -> str:
     """'' if the converter can know the op's schema at this opset, else why not.
 
     Judged by the op's schema, not the model's opset: ``Add`` in an opset-24 model is still
@@ -79,25 +80,29 @@ def opset_problem(op_type: str, opset: int, versions: list[int]) -> str:
         return f"onnx {onnx.__version__} has no schema for {op_type} at opset {opset}"
     newest = newest_converter_opset()
     if since > newest and not any(v >= since for v in versions) and not _only_types_changed(
-            op_type, opset, newest):
+            op_type, opset, newest, used_attrs):
         return (f"{op_type}-{since} (the schema at opset {opset}) is newer than the converters "
                 f"know (opset {newest}; {op_type}'s newest is {op_type}-{max(versions)})")
     return ""
 
 
-def _only_types_changed(op_type: str, opset: int, known: int) -> bool:
+def _only_types_changed(op_type: str, opset: int, known: int, used_attrs: frozenset) -> bool:
     """True when the op's schema at ``opset`` differs from the one at ``known`` only in the
-    element types it allows (Reshape-24, Cast-24 added 4-bit and float8 types): same inputs,
-    outputs and attributes. Types a kernel cannot hold are refused where the tensor appears."""
+    element types it allows (Reshape-24, Cast-24 added 4-bit and float8 types) or in attributes
+    the model does not set (Cast-25's round_mode): same inputs and outputs, and every attribute
+    the model's nodes use known to the older schema with the same type. Types a kernel cannot
+    hold are refused where the tensor appears."""
     new, old = onnx.defs.get_schema(op_type, opset, ""), _schema_or_none(op_type, known)
     if old is None:
         return False
 
-    def shape_of(schema):
+    def signature(schema):
         return ([(i.name, i.option) for i in schema.inputs],
-                [(o.name, o.option) for o in schema.outputs],
-                sorted((n, a.type) for n, a in schema.attributes.items()))
-    return shape_of(new) == shape_of(old)
+                [(o.name, o.option) for o in schema.outputs])
+    same_attrs = all(name in old.attributes and name in new.attributes
+                     and old.attributes[name].type == new.attributes[name].type
+                     for name in used_attrs)
+    return signature(new) == signature(old) and same_attrs
 
 
 def _schema_or_none(op_type: str, opset: int):
@@ -112,11 +117,12 @@ def op_table(model: onnx.ModelProto) -> list[OpRow]:
     converters = _converter_map()
     opset = model_opset(model)
     counts = collections.Counter((n.domain, n.op_type) for n in model.graph.node)
-    first, gaps = {}, {}
+    first, gaps, attrs = {}, {}, collections.defaultdict(set)
     constants = constant_values(model)
     for node in model.graph.node:
         key = (node.domain, node.op_type)
         first.setdefault(key, node.name or "<unnamed>")
+        attrs[key].update(a.name for a in node.attribute)
         reason = gap_reason(node, constants)
         if reason and key not in gaps:
             gaps[key] = f"{reason} (node {node.name or '<unnamed>'!r})"
@@ -129,7 +135,8 @@ def op_table(model: onnx.ModelProto) -> list[OpRow]:
         elif op_type not in converters:
             reason = "no converter for this op"
         else:
-            reason = (opset_problem(op_type, opset, impl_versions(converters[op_type]))
+            reason = (opset_problem(op_type, opset, impl_versions(converters[op_type]),
+                                    frozenset(attrs[(domain, op_type)]))
                       or gaps.get((domain, op_type), ""))
         rows.append(OpRow(op_type, domain or "ai.onnx", count, not reason, reason,
                           first[(domain, op_type)]))
