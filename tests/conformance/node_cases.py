@@ -1,6 +1,6 @@
 """One ONNX backend node case through one engine, judged by onnx's own rule.
 
-Runs inside a worker process (see run_node_suite.py): a crash or hang here takes down the
+Runs inside a worker process (see run_suite.py): a crash or hang here takes down the
 worker, not the runner. Statuses:
   pass         outputs match (count, shape, dtype, values within the case's rtol/atol)
   unsupported  refused up front with a clear error (aotc's op check, or a value kind the

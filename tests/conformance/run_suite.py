@@ -1,13 +1,17 @@
-"""Run the ONNX backend node suite (1,884 cases) through an engine and write a JSON summary.
+"""Run a conformance suite through an engine and write a JSON summary.
 
-    python tests/conformance/run_node_suite.py [--engine aotc|tvm|onnxruntime] [--workers 2]
-        [--filter SUBSTRING] [--out build/conformance/aotc.json] [--check] [--update]
+    python tests/conformance/run_suite.py [--suite node|torch]
+        [--engine aotc|tvm|onnxruntime] [--workers 2] [--filter SUBSTRING] [--every N]
+        [--out build/conformance/aotc.json] [--check] [--update]
+
+Suites: ``node``, the ONNX backend node suite (1,884 cases; node_cases.py); ``torch``, the
+first float32 sample of every operator in torch's OpInfo database (torch_cases.py, aotc only).
 
 Each case runs in a worker process with a timeout: a hang becomes "timeout", a dead worker
 (segfault, abort) "crash", and the worker is replaced. --check compares with the committed
-expected statuses (tests/conformance/node_expected.json) and exits 1 on a regression: a case
-that passed and no longer does, or a new silent mismatch, crash or timeout. --update rewrites
-that file from this run.
+expected statuses (tests/conformance/<suite>_expected.json) and exits 1 on a regression: a
+case that passed and no longer does, or a new silent mismatch, crash or timeout. --update
+rewrites that file from this run. --every N runs every N-th case (a quick sample).
 """
 
 from __future__ import annotations
@@ -23,34 +27,43 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-EXPECTED = HERE / "node_expected.json"
+SUITES = {"node": "node_cases", "torch": "torch_cases"}
 BAD_NEW = ("mismatch", "crash", "timeout")
 
 
-def _worker(conn, engine: str) -> None:
-    """Loop: receive a case name, send back its result. Runs in a spawned process."""
+def expected_path(suite: str) -> Path:
+    return HERE / f"{suite}_expected.json"
+
+
+def _suite_module(suite: str):
     sys.path.insert(0, str(HERE))
-    import node_cases  # pylint: disable=import-outside-toplevel
-    cases = node_cases.load_cases()
+    import importlib  # pylint: disable=import-outside-toplevel
+    return importlib.import_module(SUITES[suite])
+
+
+def _worker(conn, suite: str, engine: str) -> None:
+    """Loop: receive a case name, send back its result. Runs in a spawned process."""
+    module = _suite_module(suite)
+    cases = module.load_cases()
     conn.send("ready")
     while True:
         name = conn.recv()
         if name is None:
             return
-        conn.send(node_cases.run_case(cases[name], engine))
+        conn.send(module.run_case(cases[name], engine))
 
 
 class Worker:
     """One worker process; restarted after a crash or timeout."""
 
-    def __init__(self, engine: str):
-        self.engine = engine
+    def __init__(self, suite: str, engine: str):
+        self.suite, self.engine = suite, engine
         self._start()
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds threads
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, self.engine), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, self.suite, self.engine), daemon=True)
         self.proc.start()
         if not self.conn.poll(300) or self.conn.recv() != "ready":
             raise RuntimeError("conformance worker did not start")
@@ -82,17 +95,16 @@ class Worker:
             self.proc.kill()
 
 
-def case_names(name_filter: str | None) -> list[str]:
-    sys.path.insert(0, str(HERE))
-    from onnx.backend.test.loader import load_model_tests  # only names: cheap enough here
-    import warnings
+def case_names(suite: str, name_filter: str | None, every: int = 1) -> list[str]:
+    import warnings  # pylint: disable=import-outside-toplevel
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        names = [c.name for c in load_model_tests(kind="node")]
-    return [n for n in names if not name_filter or name_filter in n]
+        names = list(_suite_module(suite).load_cases())
+    names = [n for n in names if not name_filter or name_filter in n]
+    return names[::every]
 
 
-def run_suite(engine: str, names: list[str], workers: int, timeout: float,
+def run_suite(suite: str, engine: str, names: list[str], workers: int, timeout: float,
               progress=print) -> dict:
     results: dict[str, dict] = {}
     queue = list(reversed(names))
@@ -110,7 +122,7 @@ def run_suite(engine: str, names: list[str], workers: int, timeout: float,
                 if len(results) % 100 == 0 or len(results) == len(names):
                     progress(f"  {len(results)}/{len(names)} cases", flush=True)
 
-    pool = [Worker(engine) for _ in range(workers)]
+    pool = [Worker(suite, engine) for _ in range(workers)]
     threads = [threading.Thread(target=drain, args=(w,)) for w in pool]
     for t in threads:
         t.start()
@@ -155,7 +167,9 @@ def check_against_expected(results: dict, expected: dict) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=sorted(SUITES), default="node")
     parser.add_argument("--engine", choices=("aotc", "tvm", "onnxruntime"), default="aotc")
+    parser.add_argument("--every", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--filter", default=None)
@@ -163,24 +177,27 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--update", action="store_true")
     args = parser.parse_args(argv)
-    names = case_names(args.filter)
-    print(f"{args.engine}: {len(names)} node cases, {args.workers} workers", flush=True)
+    names = case_names(args.suite, args.filter, args.every)
+    print(f"{args.engine}: {len(names)} {args.suite} cases, {args.workers} workers", flush=True)
     start = time.perf_counter()
-    results = run_suite(args.engine, names, args.workers, args.timeout)
+    results = run_suite(args.suite, args.engine, names, args.workers, args.timeout)
     summary = summarize(args.engine, results, time.perf_counter() - start)
-    out = Path(args.out or f"build/conformance/{args.engine}.json")
+    out = Path(args.out or f"build/conformance/{args.suite}_{args.engine}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=1))
     print(f"{summary['counts']} in {summary['seconds']} s; wrote {out}")
     for status in ("mismatch", "crash", "timeout"):
         for key, cases in summary["groups"].get(status, {}).items():
             print(f"  {status}: {len(cases)} x {key}  [{', '.join(cases[:3])}...]")
+    expected = expected_path(args.suite)
     if args.update:
-        EXPECTED.write_text(json.dumps({n: r["status"] for n, r in sorted(results.items())},
+        if args.filter or args.every > 1:
+            parser.error("--update needs the whole suite (no --filter / --every)")
+        expected.write_text(json.dumps({n: r["status"] for n, r in sorted(results.items())},
                                        indent=0) + "\n")
-        print(f"updated {EXPECTED}")
+        print(f"updated {expected}")
     if args.check:
-        problems = check_against_expected(results, json.loads(EXPECTED.read_text()))
+        problems = check_against_expected(results, json.loads(expected.read_text()))
         for line in problems:
             print("REGRESSION", line)
         return 1 if problems else 0

@@ -1,6 +1,6 @@
-"""The ONNX node suite as a ratchet: every case that passed still passes, and no new silent
-mismatch, crash or timeout appears (tests/conformance/node_expected.json; refresh it with
-``python tests/conformance/run_node_suite.py --update`` after an improvement)."""
+"""The conformance suites as ratchets: every case that passed still passes, and no new silent
+mismatch, crash or timeout appears (tests/conformance/<suite>_expected.json; refresh one with
+``python tests/conformance/run_suite.py --suite S --update`` after an improvement)."""
 
 import json
 import subprocess
@@ -12,7 +12,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run_node_suite import check_against_expected, summarize  # noqa: E402
+from run_suite import check_against_expected, expected_path, summarize  # noqa: E402
 
 
 def test_regressions_and_new_silent_mismatches_are_reported():
@@ -36,17 +36,30 @@ def test_summary_groups_like_reasons():
     assert list(summary["groups"]["compile"].values()) == [["x", "y"]]
 
 
-def test_expected_file_has_every_case_and_no_silent_crash():
-    expected = json.loads((HERE / "node_expected.json").read_text())
-    assert len(expected) == 1884
+@pytest.mark.parametrize("suite, cases", [("node", 1884), ("torch", None)])
+def test_expected_files_list_every_case_and_no_crash(suite, cases):
+    expected = json.loads(expected_path(suite).read_text())
+    assert cases is None or len(expected) == cases
     assert not [n for n, s in expected.items() if s in ("crash", "timeout")]
+
+
+def _check(tmp_path, *args):
+    out = subprocess.run(
+        [sys.executable, str(HERE / "run_suite.py"), "--check", "--workers", "2",
+         "--out", str(tmp_path / "summary.json"), *args],
+        capture_output=True, text=True, timeout=1500)
+    report = "\n".join(line for line in out.stdout.splitlines() if "Warning" not in line)
+    assert out.returncode == 0, report[-6000:]
 
 
 @pytest.mark.slow
 def test_node_suite_has_no_regressions(tmp_path):
-    """All 1,884 cases through compile -> .so -> runtime, 2 workers (~2.5 minutes here)."""
-    out = subprocess.run(
-        [sys.executable, str(HERE / "run_node_suite.py"), "--check", "--workers", "2",
-         "--out", str(tmp_path / "aotc.json")], capture_output=True, text=True, timeout=1500)
-    report = "\n".join(line for line in out.stdout.splitlines() if "Warning" not in line)
-    assert out.returncode == 0, report[-6000:]
+    """All 1,884 cases through compile -> .so -> runtime, 2 workers (~3 minutes here)."""
+    _check(tmp_path, "--suite", "node")
+
+
+@pytest.mark.slow
+def test_torch_sweep_sample_has_no_regressions(tmp_path):
+    """Every 4th operator of torch's OpInfo database (~1.5 minutes; the whole sweep is
+    ``run_suite.py --suite torch``)."""
+    _check(tmp_path, "--suite", "torch", "--every", "4")
