@@ -37,6 +37,10 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
                       RemoveInferenceDropout()]),
         ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
         ("lower", [GuardIndices(),
+                   # sort, top-k, cumsum/cumprod and sampling to TOPI kernels, as TVM's CPU
+                   # pipeline does before legalization (without: "CodeGenVM cannot emit").
+                   relax.backend.DispatchSampling(),
+                   relax.backend.DispatchSortScan(),
                    relax.transform.LegalizeOps(EXACT_MINMAX),
                    relax.transform.AnnotateTIROpPattern(),
                    relax.transform.FoldConstant(),
