@@ -17,7 +17,8 @@ from aotc.runtime.signature import ModelSignature, TensorSpec
 from .imported import ImportedModel, output_specs
 from .onnx_fold import fold_constants
 from .onnx_graph import GraphInfo, with_fixed_inputs
-from .onnx_ops import check_ops, model_opset
+from .onnx_functions import expand_functions
+from .onnx_ops import check_ops, model_opset, ops_to_expand
 from .onnx_rewrites import apply_rewrites
 from .shapes import apply_overrides
 
@@ -83,10 +84,14 @@ def graph_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
 
 
 def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
-    """Fold constant shape arithmetic, then rewrite what TVM converts wrongly (the op check has
-    already run on the user's graph). Shape inference runs again after folding: folded shapes
+    """Expand ops TVM cannot convert from their spec function bodies, fold constant shape
+    arithmetic, then rewrite what TVM converts wrongly (the op check has already run on the
+    user's graph). Shape inference runs again after folding: folded shapes
     let it see through Reshape and Expand."""
     opset = model_opset(model)
+    expand = ops_to_expand(model)
+    if expand:
+        model = expand_functions(model, GraphInfo(with_fixed_inputs(model, shapes), opset), expand)
     model, _folded = fold_constants(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
     model, _rewritten = apply_rewrites(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
     return model

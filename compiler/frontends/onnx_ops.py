@@ -16,6 +16,7 @@ import onnx
 from aotc.errors import UnsupportedModelError
 
 from .onnx_gaps import gap_reason
+from .onnx_functions import function_schema
 from .onnx_graph import constant_values
 from .onnx_rewrites import OWN_CONVERTERS
 
@@ -35,6 +36,14 @@ class OpRow:
 def _converter_map() -> dict:
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map  # pylint: disable=import-outside-toplevel
     return _get_convert_map()
+
+
+def ops_to_expand(model: onnx.ModelProto) -> set[str]:
+    """Standard ops of the graph that TVM cannot convert but the spec defines as functions."""
+    converters, opset = _converter_map(), model_opset(model)
+    return {n.op_type for n in model.graph.node
+            if n.domain in STANDARD_DOMAINS and n.op_type not in converters
+            and n.op_type not in OWN_CONVERTERS and function_schema(n.op_type, opset)}
 
 
 def impl_versions(converter) -> list[int]:
@@ -132,6 +141,8 @@ def op_table(model: onnx.ModelProto) -> list[OpRow]:
             reason = f"domain {domain!r} is not the standard ONNX domain"
         elif op_type in OWN_CONVERTERS:
             reason = gaps.get((domain, op_type), "")
+        elif op_type not in converters and function_schema(op_type, opset) is not None:
+            reason = gaps.get((domain, op_type), "")  # expanded from its function body
         elif op_type not in converters:
             reason = "no converter for this op"
         else:
