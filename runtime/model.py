@@ -15,6 +15,7 @@ from aotc.errors import ArtifactError, InputMismatchError, ModelRunError, meanin
 
 from ._tvm_runtime import tvm_ffi
 from .artifact import read_metadata
+from .exotic_dtypes import to_numpy, to_tvm
 from .signature import ModelSignature, TensorSpec
 
 # vm_initialization(device_type, device_id, allocator, host_type, host_id, host_allocator):
@@ -42,7 +43,7 @@ class Model:
             raise ArtifactError(f"{self.path}: TVM runtime could not load it: {err}") from None
         self._vm["vm_initialization"](*_CPU_POOLED)
         self._main = self._vm["main"]
-        self._from_dlpack = ffi.from_dlpack
+        self._ffi = ffi
         self._lock = threading.Lock()
 
     @property
@@ -62,7 +63,7 @@ class Model:
         arrays = check_inputs(self.signature, inputs)
         with self._lock:
             try:
-                result = self._main(*[self._from_dlpack(a) for a in arrays])
+                result = self._main(*[to_tvm(self._ffi, a) for a in arrays])
             except (RuntimeError, IndexError, ValueError, TypeError) as err:
                 # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
                 raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "
@@ -70,7 +71,7 @@ class Model:
         outputs = list(result) if not hasattr(result, "__dlpack__") else [result]
         names = [o.name for o in self.signature.outputs]
         names += [f"output{i}" for i in range(len(names), len(outputs))]
-        return {name: np.from_dlpack(out) for name, out in zip(names, outputs)}
+        return {name: to_numpy(self._ffi, out) for name, out in zip(names, outputs)}
 
 
 _LINKS: dict[str, str] = {}

@@ -141,3 +141,24 @@ def test_rebuilt_library_at_the_same_path_is_reloaded(tmp_path):
     np.testing.assert_array_equal(first(x=x)["y"], np.maximum(x, 0))
     np.testing.assert_array_equal(build("Neg")(x=x)["y"], -x)
     np.testing.assert_array_equal(first(x=x)["y"], np.maximum(x, 0))
+
+
+def test_bfloat16_inputs_and_outputs(tmp_path):
+    """numpy's DLPack export refuses bfloat16 (ml_dtypes); the runtime passes it as uint16 and
+    re-labels it (runtime/exotic_dtypes.py)."""
+    import ml_dtypes
+    nodes = [helper.make_node("Cast", ["x"], ["as_bf16"], to=TensorProto.BFLOAT16),
+             helper.make_node("Cast", ["b"], ["as_f32"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(
+        nodes, "bf16", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                        helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [4])],
+        [helper.make_tensor_value_info("as_bf16", TensorProto.BFLOAT16, [4]),
+         helper.make_tensor_value_info("as_f32", TensorProto.FLOAT, [4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "bf16.onnx")
+    aotc.compile(tmp_path / "bf16.onnx", output=tmp_path / "bf16.so")
+    x = np.array([1.5, -2.25, 3.0, 1e-3], np.float32)
+    got = aotc.load(tmp_path / "bf16.so")(x=x, b=x.astype(ml_dtypes.bfloat16))
+    assert got["as_bf16"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got["as_bf16"], x.astype(ml_dtypes.bfloat16))
+    np.testing.assert_array_equal(got["as_f32"], x.astype(ml_dtypes.bfloat16).astype(np.float32))
