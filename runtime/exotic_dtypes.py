@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from aotc.errors import InputMismatchError, ModelRunError
+
 # TVM dtype name -> bits of the unsigned type it crosses as.
 EXOTIC = {"bfloat16": 16}
 
@@ -21,7 +23,11 @@ def to_tvm(ffi, array: np.ndarray):
     """A TVM tensor for ``array`` (a view of the same memory)."""
     name = array.dtype.name
     if name not in EXOTIC:
-        return ffi.from_dlpack(array)
+        try:
+            return ffi.from_dlpack(array)
+        except BufferError:
+            raise InputMismatchError(f"an input of dtype {name} cannot be passed to the TVM "
+                                     "runtime (no DLPack type; float8 is not supported)") from None
     raw = ffi.from_dlpack(array.view(f"uint{EXOTIC[name]}"))
     return _view(ffi)(raw, tuple(array.shape), name, 0)
 
@@ -30,7 +36,11 @@ def to_numpy(ffi, tensor) -> np.ndarray:
     """A numpy array for a TVM output tensor."""
     name = str(tensor.dtype)
     if name not in EXOTIC:
-        return np.from_dlpack(tensor)
+        try:
+            return np.from_dlpack(tensor)
+        except (BufferError, RuntimeError, TypeError):
+            raise ModelRunError(f"an output of dtype {name} cannot be handed to numpy "
+                                "(float8 and sub-byte types are not supported)") from None
     import ml_dtypes  # pylint: disable=import-outside-toplevel
     raw = _view(ffi)(tensor, tuple(tensor.shape), f"uint{EXOTIC[name]}", 0)
     return np.from_dlpack(raw).view(getattr(ml_dtypes, name))
