@@ -100,3 +100,20 @@ def test_runtime_imports_no_compiler(tiny_so):
         "print('HEAVY', heavy)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+
+
+def test_default_thread_count_is_every_allowed_core(tiny_so):
+    """TVM's pool halves the core count on x86 (it assumes hyper-threads): users got one thread
+    of two here. Checked in a fresh process with neither thread variable set."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "AOTC_NUM_THREADS")}
+    code = (
+        "import os, numpy as np\n"
+        "from aotc.runtime import load\n"
+        "from aotc.runtime._tvm_runtime import num_threads\n"
+        f"load({str(tiny_so)!r})(x=np.zeros((1, 8, 12, 12), np.float32))\n"
+        "print('THREADS', num_threads(), len(os.sched_getaffinity(0)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True)
+    threads, cores = out.stdout.split("THREADS")[1].split()
+    assert threads == cores, out.stdout
