@@ -16,11 +16,11 @@ from onnx import helper
 
 from aotc.errors import UnsupportedModelError
 
-from .onnx_graph import GraphInfo
+from .onnx_graph import GraphInfo, node_attrs
 
 
 def if_to_where(node: onnx.NodeProto, info: GraphInfo) -> list[onnx.NodeProto]:
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = node_attrs(node)
     then_graph, else_graph = attrs["then_branch"], attrs["else_branch"]
     cond = node.input[0]
     if cond in info.constants:

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .onnx_graph import GraphInfo, constant_values
+from .onnx_graph import GraphInfo, node_attrs
 
 # Shape-sized values only: folding big weight tensors is TVM's FoldConstant's job and would
 # bloat the model here.
@@ -32,7 +32,7 @@ NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
 
 def fold_constants(model: onnx.ModelProto, info: GraphInfo) -> tuple[onnx.ModelProto, int]:
     """A copy of ``model`` with foldable nodes replaced by Constant nodes; returns (model, n)."""
-    known = constant_values(model)
+    known = dict(info.constants)  # the same graph's constants, already read by GraphInfo
     nodes, folded = [], 0
     for node in model.graph.node:
         values = _fold(node, known, info)
@@ -71,7 +71,7 @@ def _static_shape(node: onnx.NodeProto, info: GraphInfo) -> list[np.ndarray] | N
         return None
     if node.op_type == "Size":
         return [np.array(int(np.prod(shape)), dtype=np.int64)]
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = node_attrs(node)
     start, end = attrs.get("start", 0), attrs.get("end", len(shape))
     return [np.array(shape[start:end], dtype=np.int64)]
 

@@ -9,20 +9,14 @@ from __future__ import annotations
 from typing import Callable
 
 import onnx
-from onnx import helper
+
+from .onnx_graph import node_attrs
 
 Check = Callable[[onnx.NodeProto, dict], str]
 
 
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for attr in node.attribute:
-        if attr.name == name:
-            return helper.get_attribute_value(attr)
-    return default
-
-
 def batchnorm_training(node, _constants) -> str:
-    if _attr(node, "training_mode", 0):
+    if node_attrs(node).get("training_mode", 0):
         return "training_mode=1 (batch statistics): aotc compiles inference graphs only"
     return ""
 
@@ -44,7 +38,7 @@ def nms_any(_node, _constants) -> str:
 
 
 def roialign_max(node, _constants) -> str:
-    if _attr(node, "mode", b"avg") in (b"max", "max"):
+    if node_attrs(node).get("mode", b"avg") in (b"max", "max"):
         return "mode='max' computes wrong values in TVM 0.27; only mode='avg' is supported"
     return ""
 

@@ -43,6 +43,11 @@ class GraphInfo:
                 return name
 
 
+def node_attrs(node: onnx.NodeProto) -> dict:
+    """The node's attributes as Python values, by name."""
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
 def constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Initializers and Constant-node outputs of the main graph, as numpy."""
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}

@@ -61,10 +61,8 @@ def model_opset(model: onnx.ModelProto) -> int:
 
 def schema_since(op_type: str, opset: int) -> int | None:
     """The version of the op's schema that applies at ``opset`` (None: onnx knows no such op)."""
-    try:
-        return onnx.defs.get_schema(op_type, opset, "").since_version
-    except onnx.defs.SchemaError:
-        return None
+    schema = _schema_or_none(op_type, opset)
+    return None if schema is None else schema.since_version
 
 
 def newest_converter_opset() -> int:

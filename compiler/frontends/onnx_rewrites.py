@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aotc.errors import UnsupportedModelError
 
-from .onnx_graph import GraphInfo
+from .onnx_graph import GraphInfo, node_attrs
 from .onnx_control import if_to_where
 from .onnx_rnn import expand_recurrent
 
@@ -34,10 +34,6 @@ def _const(info: GraphInfo, value, dtype, hint: str = "c") -> tuple[str, onnx.No
     name = info.fresh(hint)
     array = np.asarray(value, dtype=dtype)
     return name, helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array))
-
-
-def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _np_dtype(info: GraphInfo, name: str):
@@ -54,7 +50,7 @@ def layer_norm_stats(node, info):
     rank = len(info.shape(node.input[0]) or [])
     if not rank:
         return None
-    attrs = _attrs(node)
+    attrs = node_attrs(node)
     axis = attrs.get("axis", -1) % rank
     axes = list(range(axis, rank))
     x = info.fresh("ln_x")
@@ -99,7 +95,7 @@ def dropout_at_inference(node, info):
 
 
 def isinf_directions(node, info):
-    attrs = _attrs(node)
+    attrs = node_attrs(node)
     negative, positive = attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
     if negative and positive:
         return None
@@ -156,7 +152,7 @@ def stable_softplus(node, info):
 
 def conv_transpose_output_shape(node, info):
     """output_shape -> explicit pads (and output_padding), by the spec's formula."""
-    attrs = _attrs(node)
+    attrs = node_attrs(node)
     if "output_shape" not in attrs:
         return None
     x_shape, w_shape = info.shape(node.input[0]), info.shape(node.input[1])
@@ -221,7 +217,7 @@ def bitshift_out_of_range(node, info):
     if dtype is None:
         return None
     width = np.dtype(dtype).itemsize * 8
-    right = _attrs(node).get("direction") in (b"RIGHT", "RIGHT")
+    right = node_attrs(node).get("direction") in (b"RIGHT", "RIGHT")
     names = {h: info.fresh(h) for h in ("lo", "lo_n", "hi", "ok", "safe", "shifted", "fill",
                                         "neg")}
     zero_name, zero = _const(info, 0, dtype, "zero")
@@ -249,28 +245,29 @@ def bitshift_out_of_range(node, info):
 def float_mod_by_infinity(node, info):
     """Mod with fmod=0 on floats is numpy's mod: a % +-inf is a when a and the divisor agree
     in sign (or a == 0), else the divisor. TVM's a - floor(a / b) * b gives NaN there."""
-    attrs = _attrs(node)
+    attrs = node_attrs(node)
     a, b = node.input
     dtype = _np_dtype(info, a)
     if attrs.get("fmod", 0) or dtype is None or np.dtype(dtype).kind != "f":
         return None
-    n = {h: info.fresh(h) for h in ("mod", "binf", "ainf", "anan", "afin", "use", "zero_a",
-                                    "apos", "bpos", "same", "keep", "atinf")}
+    n = {h: info.fresh(h) for h in ("mod", "binf", "ainf", "anan", "nonfinite", "afin", "use",
+                                    "zero_a", "apos", "bpos", "differ", "same", "keep",
+                                    "atinf")}
     zero_name, zero = _const(info, 0, dtype, "zero")
     return [zero,
             helper.make_node("Mod", [a, b], [n["mod"]], fmod=0),
             helper.make_node("IsInf", [b], [n["binf"]]),
             helper.make_node("IsInf", [a], [n["ainf"]]),
             helper.make_node("IsNaN", [a], [n["anan"]]),
-            helper.make_node("Or", [n["ainf"], n["anan"]], [n["afin"] + "_not"]),
-            helper.make_node("Not", [n["afin"] + "_not"], [n["afin"]]),
+            helper.make_node("Or", [n["ainf"], n["anan"]], [n["nonfinite"]]),
+            helper.make_node("Not", [n["nonfinite"]], [n["afin"]]),
             helper.make_node("And", [n["binf"], n["afin"]], [n["use"]]),
             helper.make_node("Equal", [a, zero_name], [n["zero_a"]]),
             helper.make_node("Greater", [a, zero_name], [n["apos"]]),
             helper.make_node("Greater", [b, zero_name], [n["bpos"]]),
             # Not(Xor), not Equal: TVM 0.27 emits a float compare for Equal on bools.
-            helper.make_node("Xor", [n["apos"], n["bpos"]], [n["same"] + "_x"]),
-            helper.make_node("Not", [n["same"] + "_x"], [n["same"]]),
+            helper.make_node("Xor", [n["apos"], n["bpos"]], [n["differ"]]),
+            helper.make_node("Not", [n["differ"]], [n["same"]]),
             helper.make_node("Or", [n["zero_a"], n["same"]], [n["keep"]]),
             helper.make_node("Where", [n["keep"], a, b], [n["atinf"]]),
             helper.make_node("Where", [n["use"], n["atinf"], n["mod"]], list(node.output))]

@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 
 from aotc.errors import UnsupportedModelError
 
-from .onnx_graph import GraphInfo
+from .onnx_graph import GraphInfo, node_attrs
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
@@ -74,16 +74,12 @@ class _Emitter:
         raise UnsupportedModelError(f"RNN activation {name!r} is not an ONNX RNN activation")
 
 
-def _attrs(node) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
 def expand_recurrent(node: onnx.NodeProto, info: GraphInfo) -> list[onnx.NodeProto]:
-    kind, attrs = node.op_type, _attrs(node)
+    kind, attrs = node.op_type, node_attrs(node)
     inputs = list(node.input) + [""] * (8 - len(node.input))
     x_shape = info.shape(inputs[0])
     elem = info.elem_type(inputs[0])
@@ -170,14 +166,14 @@ class _Cell:
         y = e.op("Concat", *[e.unsqueeze(outputs[t], 0) for t in range(seq)], axis=0)
         return y, h, c
 
-    def _gates(self, x_t: str, h: str, count: int, start: int = 0):
-        """x-part and h-part of gates [start, start+count) (each [B, H])."""
+    def _gates(self, x_t: str, h: str, count: int):
+        """x-part and h-part of the first ``count`` gates (each [B, H])."""
         e, size = self.e, self.hidden
         rec = e.op("MatMul", h, self.r_t)
         if self.rb:
             rec = e.op("Add", rec, self.rb)
-        return ([e.slice_last(x_t, (start + k) * size, size) for k in range(count)],
-                [e.slice_last(rec, (start + k) * size, size) for k in range(count)])
+        return ([e.slice_last(x_t, k * size, size) for k in range(count)],
+                [e.slice_last(rec, k * size, size) for k in range(count)])
 
     def _act(self, index: int, value: str) -> str:
         name, alpha, beta = self.acts[index]

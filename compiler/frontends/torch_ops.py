@@ -103,8 +103,9 @@ def known_wrong(program) -> list[tuple[str, str, str]]:
 
 
 def check_torch_ops(program, source: str) -> None:
-    bad = unsupported_ops(program) + [(name, 1, node) for name, node, _ in known_wrong(program)]
-    reasons = {name: reason for name, _, reason in known_wrong(program)}
+    wrong = known_wrong(program)
+    bad = unsupported_ops(program) + [(name, 1, node) for name, node, _ in wrong]
+    reasons = {name: reason for name, _, reason in wrong}
     if bad:
         listed = "; ".join(f"{name} ({reasons.get(name, f'{n} node(s)')}, first {node!r})"
                            for name, n, node in bad)
