@@ -5,8 +5,9 @@ Phases (names are what --dump-ir writes):
             clean-up of importer output that would block layout conversion
   layout    conv2d to NHWC data / HWIO weights: the channel axis becomes innermost in both, which
             is what the CPU schedules vectorize; folding then pre-transposes the weights
-  lower     indices of gathers/scatters normalized and range-checked (GuardIndices), then
-            Relax ops -> TIR PrimFuncs, fused (one fused kernel = one tuning task)
+  lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
+            bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
+            PrimFuncs, fused (one fused kernel = one tuning task)
   schedule  a schedule for every PrimFunc (compiler/lower)
   finalize  TVM's dataflow lowering and memory planning (tvm.compile does the rest)
 """
@@ -23,8 +24,8 @@ from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
 from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
-from .passes import (ConvertLayoutNHWC, GuardIndices, LiftMinMaxCallTIR, RemoveIdentityBroadcast,
-                     RemoveInferenceDropout, SumOfStackToAdd)
+from .passes import (ConvertLayoutNHWC, GuardIndices, HalfInFloat32, LiftMinMaxCallTIR,
+                     RemoveIdentityBroadcast, RemoveInferenceDropout, SumOfStackToAdd)
 
 
 def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
@@ -37,6 +38,7 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
                       RemoveInferenceDropout()]),
         ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
         ("lower", [GuardIndices(),
+                   HalfInFloat32(),
                    # sort, top-k, cumsum/cumprod and sampling to TOPI kernels, as TVM's CPU
                    # pipeline does before legalization (without: "CodeGenVM cannot emit").
                    relax.backend.DispatchSampling(),

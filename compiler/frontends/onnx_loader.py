@@ -83,15 +83,26 @@ def graph_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
     return specs
 
 
+MAX_EXPANSION_DEPTH = 4
+
+
 def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
     """Expand ops TVM cannot convert from their spec function bodies, fold constant shape
     arithmetic, then rewrite what TVM converts wrongly (the op check has already run on the
     user's graph). Shape inference runs again after folding: folded shapes
     let it see through Reshape and Expand."""
     opset = model_opset(model)
-    expand = ops_to_expand(model)
-    if expand:
-        model = expand_functions(model, GraphInfo(with_fixed_inputs(model, shapes), opset), expand)
+    # Bodies may call further function ops (SoftmaxCrossEntropyLoss calls
+    # NegativeLogLikelihoodLoss): expand until none is left or nothing changes.
+    for _round in range(MAX_EXPANSION_DEPTH):
+        expand = ops_to_expand(model)
+        if not expand:
+            break
+        expanded = expand_functions(model, GraphInfo(with_fixed_inputs(model, shapes), opset),
+                                    expand)
+        if expanded is model:
+            break
+        model = expanded
     model, _folded = fold_constants(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
     model, _rewritten = apply_rewrites(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
     return model

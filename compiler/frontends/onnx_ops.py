@@ -33,9 +33,16 @@ class OpRow:
     first_node: str
 
 
+# TVM converters registered under a standard op's name that implement a different op: TVM's
+# "Attention" is com.microsoft's contrib op (num_heads attribute, packed QKV weights), not
+# ai.onnx Attention-23; the standard op is expanded from its function body instead.
+FOREIGN_CONVERTERS = frozenset({"Attention"})
+
+
 def _converter_map() -> dict:
+    """TVM's converters for standard ONNX ops (foreign ones left out)."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map  # pylint: disable=import-outside-toplevel
-    return _get_convert_map()
+    return {op: conv for op, conv in _get_convert_map().items() if op not in FOREIGN_CONVERTERS}
 
 
 def ops_to_expand(model: onnx.ModelProto) -> set[str]:

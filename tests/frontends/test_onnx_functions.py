@@ -39,3 +39,42 @@ def test_expanded_loss_matches_onnxruntime(tmp_path):
             "target": np.array([0, 1, 4, 2]),
             "weight": rng.random(5).astype(np.float32)}
     check_against_onnxruntime(tmp_path / "nll.onnx", tmp_path, feed=feed)
+
+
+def _sce_model():
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"],
+                            reduction="mean")
+    graph = helper.make_graph(
+        [node], "sce",
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [3, 5]),
+         helper.make_tensor_value_info("labels", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_bodies_that_call_function_ops_are_expanded_again(tmp_path):
+    """SoftmaxCrossEntropyLoss's body calls NegativeLogLikelihoodLoss, which TVM cannot
+    convert either; TVM's importer refused it before expansion ran until nothing was left."""
+    onnx.save(_sce_model(), tmp_path / "sce.onnx")
+    feed = {"scores": np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32),
+            "labels": np.array([0, 4, 2])}
+    check_against_onnxruntime(tmp_path / "sce.onnx", tmp_path, feed=feed)
+
+
+def _attention23_model():
+    """ai.onnx Attention-23 (4-D q/k/v, causal). TVM registers com.microsoft's Attention
+    under the same name and failed on it ('num_heads')."""
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)
+    shape = [1, 2, 6, 8]
+    graph = helper.make_graph(
+        [node], "attention",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("q", "k", "v")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+
+
+def test_standard_attention_is_expanded_not_given_to_the_contrib_converter(tmp_path):
+    model = _attention23_model()
+    assert "Attention" in ops_to_expand(model)
+    onnx.save(model, tmp_path / "attention.onnx")
+    check_against_onnxruntime(tmp_path / "attention.onnx", tmp_path)
