@@ -1,13 +1,15 @@
-"""Tensors of a type DLPack-from-numpy cannot carry: bfloat16.
+"""Tensors of types DLPack-from-numpy cannot carry: bfloat16, 4-/2-bit integers, float8, float4.
 
 numpy holds them through ml_dtypes, but numpy's DLPack export refuses them ("DLPack only
-supports signed/unsigned integers, float and complex dtypes"), so a model with a bfloat16
-input or output could not be run. They cross as same-width unsigned integers and are
-re-labelled on the other side with TVM's tensor view (no copy). ml_dtypes is imported only
-when such a tensor appears.
-
-float8 is deliberately not passed through: with it, 24 node-suite casts from float8 ran and
-gave wrong values (TVM 0.27's float8 conversions); it stays a loud error until they are right."""
+supports signed/unsigned integers, float and complex dtypes"), and TVM cannot hold the narrow
+ones at all. So:
+  - bfloat16 crosses as uint16 and is re-labelled on the other side with TVM's tensor view
+    (no copy);
+  - int4/uint4/int2/uint2 cross as int8/uint8 values, float8/float4 as uint8 bit codes: the
+    compiled model computes on those bytes (compiler/frontends/onnx_lowbit.py), and outputs
+    are turned back into the dtype the signature names.
+ml_dtypes is imported only when such a tensor appears. float8_e8m0fnu has no conversion yet
+and stays a named error."""
 
 from __future__ import annotations
 
@@ -15,34 +17,53 @@ import numpy as np
 
 from aotc.errors import InputMismatchError, ModelRunError
 
-# TVM dtype name -> bits of the unsigned type it crosses as.
-EXOTIC = {"bfloat16": 16}
+# TVM dtype name -> bits of the unsigned type it crosses as (a view, same memory).
+VIEWED = {"bfloat16": 16}
+# numpy (ml_dtypes) dtype name -> byte dtype the compiled model holds it in.
+NARROW_VALUES = {"int4": "int8", "uint4": "uint8", "int2": "int8", "uint2": "uint8"}
+NARROW_CODES = {name: "uint8" for name in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float4_e2m1fn")}
+
+
+def carried_dtype(name: str) -> str:
+    """The dtype the compiled model takes for a tensor the user holds as ``name``."""
+    return NARROW_VALUES.get(name) or NARROW_CODES.get(name) or name
 
 
 def to_tvm(ffi, array: np.ndarray):
-    """A TVM tensor for ``array`` (a view of the same memory)."""
+    """A TVM tensor for ``array`` (a view of the same memory, or a byte copy when narrow)."""
     name = array.dtype.name
-    if name not in EXOTIC:
+    if name in NARROW_VALUES:
+        return ffi.from_dlpack(np.ascontiguousarray(array.astype(NARROW_VALUES[name])))
+    if name in NARROW_CODES:
+        return ffi.from_dlpack(np.ascontiguousarray(array).view(np.uint8))
+    if name not in VIEWED:
         try:
             return ffi.from_dlpack(array)
         except BufferError:
             raise InputMismatchError(f"an input of dtype {name} cannot be passed to the TVM "
-                                     "runtime (no DLPack type; float8 is not supported)") from None
-    raw = ffi.from_dlpack(array.view(f"uint{EXOTIC[name]}"))
+                                     "runtime (no DLPack type, no aotc conversion)") from None
+    raw = ffi.from_dlpack(array.view(f"uint{VIEWED[name]}"))
     return _view(ffi)(raw, tuple(array.shape), name, 0)
 
 
-def to_numpy(ffi, tensor) -> np.ndarray:
-    """A numpy array for a TVM output tensor."""
+def to_numpy(ffi, tensor, want: str | None = None) -> np.ndarray:
+    """A numpy array for a TVM output tensor; ``want`` is the signature's dtype for it."""
     name = str(tensor.dtype)
-    if name not in EXOTIC:
+    if want in NARROW_VALUES or want in NARROW_CODES:
+        import ml_dtypes  # pylint: disable=import-outside-toplevel
+        stored = np.from_dlpack(tensor)
+        if want in NARROW_VALUES:
+            return stored.astype(getattr(ml_dtypes, want))
+        return stored.view(getattr(ml_dtypes, want))
+    if name not in VIEWED:
         try:
             return np.from_dlpack(tensor)
         except (BufferError, RuntimeError, TypeError):
             raise ModelRunError(f"an output of dtype {name} cannot be handed to numpy "
-                                "(float8 and sub-byte types are not supported)") from None
+                                "(no DLPack type, no aotc conversion)") from None
     import ml_dtypes  # pylint: disable=import-outside-toplevel
-    raw = _view(ffi)(tensor, tuple(tensor.shape), f"uint{EXOTIC[name]}", 0)
+    raw = _view(ffi)(tensor, tuple(tensor.shape), f"uint{VIEWED[name]}", 0)
     return np.from_dlpack(raw).view(getattr(ml_dtypes, name))
 
 

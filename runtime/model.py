@@ -69,9 +69,11 @@ class Model:
                 raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "
                                     f"{meaningful_line(err)}") from None
         outputs = list(result) if not hasattr(result, "__dlpack__") else [result]
-        names = [o.name for o in self.signature.outputs]
-        names += [f"output{i}" for i in range(len(names), len(outputs))]
-        return {name: to_numpy(self._ffi, out) for name, out in zip(names, outputs)}
+        specs = list(self.signature.outputs)
+        names = [o.name for o in specs] + [f"output{i}" for i in range(len(specs), len(outputs))]
+        wants = [o.dtype for o in specs] + [None] * (len(outputs) - len(specs))
+        return {name: to_numpy(self._ffi, out, want)
+                for name, out, want in zip(names, outputs, wants)}
 
 
 _LINKS: dict[str, str] = {}

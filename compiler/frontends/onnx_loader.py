@@ -12,12 +12,14 @@ import onnx
 from onnx import external_data_helper
 
 from aotc.errors import CompileError, ModelLoadError, meaningful_line
+from aotc.runtime.exotic_dtypes import carried_dtype
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
 from .imported import ImportedModel, output_specs
 from .onnx_fold import fold_constants
 from .onnx_graph import GraphInfo, with_fixed_inputs
 from .onnx_functions import expand_functions
+from .onnx_lowbit import CARRIED, carry_narrow_types
 from .onnx_ops import check_ops, model_opset, ops_to_expand
 from .onnx_rewrites import apply_rewrites
 from .shapes import apply_overrides
@@ -104,6 +106,7 @@ def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
             break
         model = expanded
     model, _folded = fold_constants(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
+    model = carry_narrow_types(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
     model, _rewritten = apply_rewrites(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
     return model
 
@@ -118,6 +121,7 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
         raise ModelLoadError(f"{name}: input(s) {unknown} have unnamed dynamic dimensions; fix "
                              "them with --input-shape NAME=D1,D2,...")
     inputs = [TensorSpec(t.name, tuple(shapes[t.name]), t.dtype) for t in inputs]
+    declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
     model = prepare_for_tvm(model, shapes)
     from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
     try:
@@ -125,9 +129,19 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
         # from the model's own dim_param; it rejects names given in shape_dict.
         fixed = {t.name: list(t.shape) for t in inputs if all(isinstance(d, int) for d in t.shape)}
         mod = from_onnx(model, shape_dict=fixed,
-                        dtype_dict={t.name: t.dtype for t in inputs}, keep_params_in_input=False)
+                        dtype_dict={t.name: carried_dtype(t.dtype) for t in inputs},
+                        keep_params_in_input=False)
     except Exception as err:  # TVM's importer raises many kinds; say where it happened
         raise CompileError(f"{name}: TVM's ONNX importer failed: {type(err).__name__}: "
                            f"{meaningful_line(err)}") from err
-    outputs = output_specs(mod, [o.name for o in model.graph.output])
+    outputs = tuple(_as_declared(spec, declared.get(spec.name))
+                    for spec in output_specs(mod, [o.name for o in model.graph.output]))
     return ImportedModel(mod, ModelSignature(tuple(inputs), outputs), name)
+
+
+def _as_declared(spec: TensorSpec, elem_type: int | None) -> TensorSpec:
+    """An output computed in bytes (int4, float8...: see onnx_lowbit) keeps its declared dtype
+    in the signature; the runtime converts it back."""
+    if elem_type not in CARRIED:
+        return spec
+    return TensorSpec(spec.name, spec.shape, _elem_dtype(elem_type))
