@@ -1,8 +1,9 @@
 """The compile pipeline: a list of passes per phase, run under the target.
 
 Phases (names are what --dump-ir writes):
-  simplify  inference-only decomposition (BatchNorm -> scale/shift), constant folding, and our
-            clean-up of importer output that would block layout conversion
+  simplify  run-time slices lowered early (a FoldConstant bug), inference-only decomposition
+            (BatchNorm -> scale/shift), constant folding, and our clean-up of importer output
+            that would block layout conversion
   layout    conv2d to NHWC data / HWIO weights: the channel axis becomes innermost in both, which
             is what the CPU schedules vectorize; folding then pre-transposes the weights
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
@@ -24,13 +25,15 @@ from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
 from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
-from .passes import (ConvertLayoutNHWC, GuardIndices, HalfInFloat32, LiftMinMaxCallTIR,
-                     RemoveIdentityBroadcast, RemoveInferenceDropout, SumOfStackToAdd)
+from .passes import (ConvertLayoutNHWC, GuardIndices, HalfInFloat32, LegalizeDynamicSlices,
+                     LiftMinMaxCallTIR, RemoveIdentityBroadcast, RemoveInferenceDropout,
+                     SumOfStackToAdd)
 
 
 def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
     return [
-        ("simplify", [relax.transform.DecomposeOpsForInference(),
+        ("simplify", [LegalizeDynamicSlices(),  # before any FoldConstant: see its docstring
+                      relax.transform.DecomposeOpsForInference(),
                       relax.transform.FoldConstant(),
                       LiftMinMaxCallTIR(),
                       SumOfStackToAdd(),

@@ -144,7 +144,17 @@ def _native_writable(value: np.ndarray) -> np.ndarray:
         value = value.astype(value.dtype.newbyteorder("="))
     if not value.flags.c_contiguous or not value.flags.writeable:
         value = value.copy(order="C")  # not np.ascontiguousarray: it turns 0-d arrays into 1-d
+    if value.size == 0:
+        value = _compact_empty(value)
     return value
+
+
+def _compact_empty(value: np.ndarray) -> np.ndarray:
+    """An empty array with the strides of a compact layout: numpy gives empty arrays strides of
+    0, which TVM rejects ("expected to be compact array")."""
+    strides = np.empty(tuple(max(d, 1) for d in value.shape), value.dtype).strides
+    return np.ndarray(value.shape, value.dtype, buffer=np.empty(1, value.dtype),
+                      strides=strides)
 
 
 # TVM compiles kernels assuming every tensor argument is 64-byte aligned (it emits aligned AVX-512

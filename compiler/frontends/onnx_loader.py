@@ -123,14 +123,12 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
     inputs = [TensorSpec(t.name, tuple(shapes[t.name]), t.dtype) for t in inputs]
     declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
     model = prepare_for_tvm(model, shapes)
-    from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
+    from .onnx_importer import import_graph  # pylint: disable=import-outside-toplevel
     try:
         # Inputs with named dims are left out: the importer then makes them symbolic (tir.Var)
         # from the model's own dim_param; it rejects names given in shape_dict.
         fixed = {t.name: list(t.shape) for t in inputs if all(isinstance(d, int) for d in t.shape)}
-        mod = from_onnx(model, shape_dict=fixed,
-                        dtype_dict={t.name: carried_dtype(t.dtype) for t in inputs},
-                        keep_params_in_input=False)
+        mod = import_graph(model, fixed, {t.name: carried_dtype(t.dtype) for t in inputs})
     except Exception as err:  # TVM's importer raises many kinds; say where it happened
         raise CompileError(f"{name}: TVM's ONNX importer failed: {type(err).__name__}: "
                            f"{meaningful_line(err)}") from err

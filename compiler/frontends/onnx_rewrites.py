@@ -314,7 +314,22 @@ def hyperbolic(node, info):
             helper.make_node("Mul", [names[3], half_name], list(node.output))]
 
 
+def bool_extremum(node, info):
+    """ReduceMax/ReduceMin of bool (any/all) through uint8: TVM has no bool min/max value
+    ("Cannot decide min_value for type bool")."""
+    if info.elem_type(node.input[0]) != TensorProto.BOOL:
+        return None
+    as_int, reduced = info.fresh("as_uint8"), info.fresh("reduced")
+    inner = onnx.NodeProto()
+    inner.CopyFrom(node)
+    inner.input[0], inner.output[0] = as_int, reduced
+    return [helper.make_node("Cast", [node.input[0]], [as_int], to=TensorProto.UINT8), inner,
+            helper.make_node("Cast", [reduced], [node.output[0]], to=TensorProto.BOOL)]
+
+
 REWRITES: dict[str, Rewrite] = {
+    "ReduceMax": bool_extremum,
+    "ReduceMin": bool_extremum,
     "Constant": constant_as_tensor,
     "Pow": mixed_type_pow,
     "Cosh": hyperbolic,

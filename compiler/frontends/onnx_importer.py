@@ -1,0 +1,42 @@
+"""TVM's ONNX importer, with aotc's own Relax converters tried first.
+
+Why: a few ONNX features cannot be rewritten at the ONNX level (onnx_rewrites.py) because
+their result's shape depends on run-time values, and TVM's converters refuse them (reductions
+over run-time axes). A converter here sees the node's Relax inputs and returns a Relax
+expression, or None to leave the node to TVM's converter. The installed TVM is not modified:
+the importer class is subclassed.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import onnx
+import tvm
+from tvm.relax.frontend.onnx import onnx_frontend
+
+from .onnx_ops import model_opset
+from .onnx_runtime_axes import REDUCTIONS, convert_reduction
+
+OWN_RELAX_CONVERTERS = {op: partial(convert_reduction, op) for op in REDUCTIONS}
+
+
+class AotcImporter(onnx_frontend.ONNXGraphImporter):
+    """ONNXGraphImporter whose operator conversion asks OWN_RELAX_CONVERTERS first."""
+
+    def _convert_operator(self, op_name, inputs, attrs, opset):
+        own = OWN_RELAX_CONVERTERS.get(op_name)
+        result = own(self.bb, inputs, attrs) if own else None
+        if result is None:
+            return super()._convert_operator(op_name, inputs, attrs, opset)
+        return self.bb.normalize(result)
+
+
+def import_graph(model: onnx.ModelProto, shape_dict: dict, dtype_dict: dict) -> tvm.IRModule:
+    """What ``tvm.relax.frontend.onnx.from_onnx`` does, through AotcImporter (weights become
+    constants; input names are sanitized as TVM does)."""
+    if model.ir_version < 3:
+        raise ValueError(f"ONNX IR version {model.ir_version} is older than 3 (ONNX 1.1), "
+                         "which TVM's importer does not read")
+    importer = AotcImporter(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
+    return importer.from_onnx(model.graph, model_opset(model))
