@@ -17,8 +17,11 @@ from tvm.relax.frontend.onnx import onnx_frontend
 
 from .onnx_ops import model_opset
 from .onnx_runtime_axes import REDUCTIONS, convert_reduction
+from .onnx_runtime_params import CONVERTERS as RUNTIME_PARAM_CONVERTERS
 
-OWN_RELAX_CONVERTERS = {op: partial(convert_reduction, op) for op in REDUCTIONS}
+# op -> converter(bb, inputs, attrs, opset, params) returning a Relax expr, or None
+OWN_RELAX_CONVERTERS = {**{op: partial(convert_reduction, op) for op in REDUCTIONS},
+                        **RUNTIME_PARAM_CONVERTERS}
 
 
 class AotcImporter(onnx_frontend.ONNXGraphImporter):
@@ -26,7 +29,8 @@ class AotcImporter(onnx_frontend.ONNXGraphImporter):
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
         own = OWN_RELAX_CONVERTERS.get(op_name)
-        result = own(self.bb, inputs, attrs) if own else None
+        params = [self._nodes, self._params]
+        result = own(self.bb, inputs, attrs, opset, params) if own else None
         if result is None:
             return super()._convert_operator(op_name, inputs, attrs, opset)
         return self.bb.normalize(result)

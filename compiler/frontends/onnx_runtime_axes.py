@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax, tirx
+from tvm import relax
 from tvm.relax import op as R
+
+from .relax_shapes import fresh_shape, i64, static_shape
 
 # ONNX op -> (value transform before, core reduction, transform after)
 _SQUARE = "square"
@@ -38,24 +40,14 @@ REDUCTIONS = {
 _CORE = {"sum": R.sum, "max": R.max, "min": R.min, "prod": R.prod}
 
 
-def _static_shape(expr: relax.Expr) -> list[int] | None:
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape.values):
-        return None
-    return [int(d) for d in shape.values]
-
-
-def _i64(values) -> relax.Expr:
-    return relax.const(np.asarray(values, np.int64), "int64")
-
-
-def convert_reduction(op_name: str, bb: relax.BlockBuilder, inputs: list, attrs: dict):
+def convert_reduction(op_name: str, bb: relax.BlockBuilder, inputs: list, attrs: dict,
+                      _opset: int = 0, _params=None):
     """The reduction with run-time axes, or None when TVM's converter can take the node
     (no axes input, constant axes, or a data shape not known at compile time)."""
     if len(inputs) < 2 or inputs[1] is None or isinstance(inputs[1], tvm.ir.GenericConst):
         return None
     data, axes = inputs[0], inputs[1]
-    shape, axes_shape = _static_shape(data), _static_shape(axes)
+    shape, axes_shape = static_shape(data), static_shape(axes)
     if shape is None or axes_shape is None:
         return None
     rank, count = len(shape), axes_shape[0]
@@ -74,7 +66,7 @@ def convert_reduction(op_name: str, bb: relax.BlockBuilder, inputs: list, attrs:
         x = bb.emit(R.exp(R.subtract(data, peak)))
     y = _reduce_full(bb, x, mask, shape, core)
     if after == "mean":
-        sizes = R.where(mask, _i64(shape), _i64(np.ones(rank)))
+        sizes = R.where(mask, i64(shape), i64(np.ones(rank)))
         y = bb.emit(R.divide(y, R.astype(R.prod(sizes), str(data.ty.dtype))))
     elif after in ("sqrt", "log"):
         y = bb.emit(getattr(R, after)(y))
@@ -87,9 +79,9 @@ def _mask(bb, axes, rank: int, count: int) -> relax.Expr:
     """bool[rank]: True on reduced dims. No axes (count 0) reduces every dim."""
     if count == 0:
         return relax.const(np.ones(rank, bool), "bool")
-    dims = bb.emit(R.take(_i64(np.arange(rank)), R.astype(axes, "int64"), axis=0))
-    hits = R.equal(R.reshape(dims, [count, 1]), _i64(np.arange(rank)[None, :]))
-    return R.greater(R.sum(R.astype(hits, "int64"), axis=[0]), _i64(0))
+    dims = bb.emit(R.take(i64(np.arange(rank)), R.astype(axes, "int64"), axis=0))
+    hits = R.equal(R.reshape(dims, [count, 1]), i64(np.arange(rank)[None, :]))
+    return R.greater(R.sum(R.astype(hits, "int64"), axis=[0]), i64(0))
 
 
 def _reduce_full(bb, x, mask, shape: list[int], core: str) -> relax.Expr:
@@ -103,24 +95,17 @@ def _reduce_full(bb, x, mask, shape: list[int], core: str) -> relax.Expr:
     return x
 
 
-def _fresh_shape(bb, dims_tensor: relax.Expr, n: int, hint: str) -> list:
-    """Symbolic dims bound to the values of int64[n] ``dims_tensor`` at run time."""
-    dims = [tirx.Var(f"{hint}{k}", "int64") for k in range(n)]
-    bb.match_cast(bb.emit(R.tensor_to_shape(dims_tensor)), relax.ShapeType(dims))
-    return dims
-
-
 def _corner(bb, y, mask, shape: list[int], keepdims: int, kept: int) -> relax.Expr:
     rank = len(shape)
-    end = bb.emit(R.where(mask, _i64(np.ones(rank)), _i64(shape)))
-    sliced = bb.emit(R.dynamic_strided_slice(y, _i64(np.zeros(rank)), end, _i64(np.ones(rank))))
-    dims = _fresh_shape(bb, end, rank, "reduced")
+    end = bb.emit(R.where(mask, i64(np.ones(rank)), i64(shape)))
+    sliced = bb.emit(R.dynamic_strided_slice(y, i64(np.zeros(rank)), end, i64(np.ones(rank))))
+    dims = fresh_shape(bb, end, rank, "reduced")
     out = bb.match_cast(sliced, relax.TensorType(dims, str(y.ty.dtype)))
     if keepdims:
         return out
     # kept dims in order: sort by (reduced, position), take the first `kept` sizes
-    order = R.argsort(R.add(R.multiply(R.astype(mask, "int64"), _i64(rank)),
-                            _i64(np.arange(rank))), axis=0, dtype="int64")
-    kept_sizes = bb.emit(R.strided_slice(R.take(_i64(shape), order, axis=0),
+    order = R.argsort(R.add(R.multiply(R.astype(mask, "int64"), i64(rank)),
+                            i64(np.arange(rank))), axis=0, dtype="int64")
+    kept_sizes = bb.emit(R.strided_slice(R.take(i64(shape), order, axis=0),
                                          axes=[0], begin=[0], end=[kept]))
-    return R.reshape(out, _fresh_shape(bb, kept_sizes, kept, "kept"))
+    return R.reshape(out, fresh_shape(bb, kept_sizes, kept, "kept"))

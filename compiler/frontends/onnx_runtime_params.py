@@ -1,0 +1,121 @@
+"""CumSum, Split, TopK and Reshape whose axis / split sizes / k / shape arrive as run-time
+tensors. TVM 0.27's converters refuse them ("CumSum with non-constant axis", "Dynamic Split",
+"TopK k must be a constant", "Reshape requires the input new shape to be Shape").
+
+How: where the output shape does not depend on the value (CumSum), TVM's own converter runs
+once per possible constant and the run-time value selects the result. Where it does, the
+result is cut with ``dynamic_strided_slice`` (which clamps into the data, so a bad value cannot
+read outside it) and given fresh symbolic dims bound at run time. Axes go through ``take`` on
+``arange(rank)``, which GuardIndices range-checks. Each converter returns None to leave the node
+to TVM (constant arguments, or data shapes not known at compile time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax import op as R
+from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
+
+from .relax_shapes import checked_dims, fresh_shape, i64, static_shape
+
+
+def _runtime(expr) -> bool:
+    return expr is not None and not isinstance(expr, (tvm.ir.GenericConst, relax.ShapeExpr))
+
+
+def _checked_axis(bb, axis_tensor, rank: int) -> relax.Expr:
+    """int64[1]: the axis, negative ones normalized, out-of-range ones stopped by GuardIndices."""
+    flat = R.reshape(R.astype(axis_tensor, "int64"), [1])
+    return bb.emit(R.take(i64(np.arange(rank)), flat, axis=0))
+
+
+def cumsum(bb, inputs, attrs, opset, params):
+    data, axis = inputs[0], inputs[1]
+    shape = static_shape(data)
+    if not _runtime(axis) or shape is None:
+        return None
+    rank = len(shape)
+    chosen = _checked_axis(bb, axis, rank)
+    convert = tvm_onnx.CumSum.get_converter(opset)
+    result = None
+    for d in range(rank):
+        along_d = bb.normalize(convert(bb, [data, relax.const(d, "int64")], attrs, params))
+        result = along_d if result is None else bb.emit(
+            R.where(R.equal(chosen, i64([d])), along_d, result))
+    return result
+
+
+def _slice_along(bb, data, shape: list[int], axis: int, begin, end, hint: str):
+    """data[..., begin:end, ...] on ``axis`` (int64[1] run-time bounds), dims bound fresh."""
+    rank = len(shape)
+    one_hot = np.arange(rank) == axis
+    begins = bb.emit(R.where(relax.const(one_hot, "bool"), begin, i64(np.zeros(rank))))
+    ends = bb.emit(R.where(relax.const(one_hot, "bool"), end, i64(shape)))
+    cut = bb.emit(R.dynamic_strided_slice(data, begins, ends, i64(np.ones(rank))))
+    size = bb.emit(R.maximum(R.subtract(R.minimum(ends, i64(shape)), begins), i64(0)))
+    dims = fresh_shape(bb, size, rank, hint)
+    dims = [dims[d] if d == axis else shape[d] for d in range(rank)]
+    return bb.match_cast(cut, relax.TensorType(dims, str(data.ty.dtype)))
+
+
+def split(bb, inputs, attrs, opset, params):
+    if len(inputs) < 2 or not _runtime(inputs[1]):
+        return None
+    data, sizes = inputs[0], inputs[1]
+    shape, sizes_shape = static_shape(data), static_shape(sizes)
+    if shape is None or sizes_shape is None or len(sizes_shape) != 1:
+        return None
+    axis = attrs.get("axis", 0) % len(shape)
+    sizes = checked_dims(bb, bb.emit(R.astype(sizes, "int64")), sizes_shape[0],
+                         R.sum(R.astype(sizes, "int64")), shape[axis],
+                         f"Split: the run-time split sizes must be >= 0 and add up to "
+                         f"dimension {axis} ({shape[axis]})")
+    ends = bb.emit(R.cumsum(sizes, axis=0))
+    outputs = []
+    for k in range(sizes_shape[0]):
+        end = bb.emit(R.strided_slice(ends, axes=[0], begin=[k], end=[k + 1]))
+        size = bb.emit(R.strided_slice(sizes, axes=[0], begin=[k], end=[k + 1]))
+        outputs.append(_slice_along(bb, data, shape, axis, bb.emit(R.subtract(end, size)), end,
+                                    f"split{k}_"))
+    return relax.Tuple(outputs)
+
+
+def top_k(bb, inputs, attrs, opset, params):
+    data, k = inputs[0], inputs[1] if len(inputs) > 1 else None
+    shape = static_shape(data)
+    if not _runtime(k) or shape is None or opset < 10:
+        return None
+    axis = attrs.get("axis", -1) % len(shape)
+    everything = relax.const(np.array([shape[axis]], np.int64), "int64")
+    full = bb.normalize(tvm_onnx.TopK.get_converter(opset)(bb, [data, everything], attrs, params))
+    end = bb.emit(R.reshape(R.astype(k, "int64"), [1]))
+    zero = i64([0])
+    return relax.Tuple([
+        _slice_along(bb, bb.emit(relax.TupleGetItem(full, i)), shape, axis, zero, end, f"k{i}_")
+        for i in range(2)])
+
+
+def reshape(bb, inputs, attrs, opset, params):
+    data, target = inputs[0], inputs[1] if len(inputs) > 1 else None
+    shape, target_shape = static_shape(data), static_shape(target) if target is not None \
+        else None
+    if not _runtime(target) or shape is None or target_shape is None:
+        return None
+    n = target_shape[0]
+    wanted = bb.emit(R.astype(target, "int64"))
+    if not attrs.get("allowzero", 0):  # 0 copies the input's dim at that position
+        copied = i64([shape[i] if i < len(shape) else 0 for i in range(n)])
+        wanted = bb.emit(R.where(R.equal(wanted, i64(0)), copied, wanted))
+    known = R.prod(R.where(R.equal(wanted, i64(-1)), i64(np.ones(n)), wanted))
+    inferred = R.floor_divide(i64(int(np.prod(shape))), known)
+    final = bb.emit(R.where(R.equal(wanted, i64(-1)), inferred, wanted))
+    total = int(np.prod(shape))
+    final = checked_dims(bb, final, n, R.prod(final), total,
+                         f"Reshape: the run-time shape does not hold the data's {total} "
+                         f"elements (data shape {shape})")
+    return R.reshape(data, fresh_shape(bb, final, n, "reshaped"))
+
+
+CONVERTERS = {"CumSum": cumsum, "Split": split, "TopK": top_k, "Reshape": reshape}

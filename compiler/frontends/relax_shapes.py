@@ -1,0 +1,59 @@
+"""Small Relax helpers shared by aotc's own converters for run-time-valued arguments."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+from tvm.script import tirx as T
+from tvm.relax import op as R
+
+
+def static_shape(expr: relax.Expr) -> list[int] | None:
+    """The tensor's shape when every dim is known at compile time, else None."""
+    shape = getattr(expr.ty, "shape", None)
+    if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape.values):
+        return None
+    return [int(d) for d in shape.values]
+
+
+def i64(values) -> relax.Expr:
+    """An int64 constant (relax.const alone turns int64 numpy arrays into int32)."""
+    return relax.const(np.asarray(values, np.int64), "int64")
+
+
+def fresh_shape(bb: relax.BlockBuilder, dims_tensor: relax.Expr, n: int, hint: str) -> list:
+    """Symbolic dims bound to the values of int64[n] ``dims_tensor`` at run time."""
+    dims = [tirx.Var(f"{hint}{k}", "int64") for k in range(n)]
+    bb.match_cast(bb.emit(R.tensor_to_shape(dims_tensor)), relax.ShapeType(dims))
+    return dims
+
+
+def checked_dims(bb: relax.BlockBuilder, dims: relax.Expr, n: int, aggregate: relax.Expr,
+                 expected: int, message: str) -> relax.Expr:
+    """``dims`` (int64[n]) passed through a kernel that stops the run with ``ValueError:
+    message`` unless every dim is >= 0 and ``aggregate`` (an int64 scalar computed from them,
+    e.g. their product) equals ``expected``. The shape a run-time Reshape or Split produces is
+    only safe to use after this: TVM trusts it and would read past the data."""
+    kernel = tvm.script.from_source(_CHECK_SOURCE.format(n=n, expected=expected,
+                                                         message=repr(message)),
+                                    extra_vars={"T": T})
+    gv = bb.add_func(kernel, "aotc_check_dims")
+    total = bb.emit(R.reshape(aggregate, [1]))
+    return bb.emit(relax.call_tir(gv, [dims, total], relax.TensorType((n,), "int64")))
+
+
+# opaque (op_pattern 8): never fused into a consumer, so the assert runs first
+_CHECK_SOURCE = """
+@T.prim_func(private=True, s_tir=True)
+def check_dims(dims: T.Buffer(({n},), "int64"), total: T.Buffer((1,), "int64"),
+               out: T.Buffer(({n},), "int64")):
+    T.func_attr({{"op_pattern": 8, "tirx.is_scheduled": True, "tirx.noalias": True}})
+    for i in range({n}):
+        with T.sblock("check"):
+            T.reads(dims[i], total[0])
+            T.writes(out[i])
+            assert total[0] == T.int64({expected}) and dims[i] >= T.int64(0), \\
+                ("ValueError", [{message}])
+            out[i] = dims[i]
+"""
