@@ -119,3 +119,62 @@ def reshape(bb, inputs, attrs, opset, params):
 
 
 CONVERTERS = {"CumSum": cumsum, "Split": split, "TopK": top_k, "Reshape": reshape}
+
+
+def resize(bb, inputs, attrs, opset, params):
+    """Resize (2-D/3-D, constant or no roi) with run-time sizes or scales: TVM's converter
+    builds the call with placeholder sizes, then the output size becomes run-time dims.
+    Scales must give whole output sizes (TVM's kernels map coordinates by the size ratio;
+    ONNX by the scale, which differ otherwise), and nearest resizing needs whole ratios
+    (_whole_ratio): any other value is a named run-time error."""
+    data = inputs[0]
+    scales = inputs[2] if len(inputs) > 2 else None
+    sizes = inputs[3] if len(inputs) > 3 else None
+    roi = inputs[1] if len(inputs) > 1 else None
+    shape = static_shape(data)
+    if shape is None or len(shape) not in (4, 5) or _runtime(roi) or not (
+            _runtime(scales) or _runtime(sizes)) or opset < 13:
+        return None
+    rank = len(shape)
+    placeholder = relax.const(np.asarray(shape, np.int64), "int64")
+    template = tvm_onnx.Resize.get_converter(opset)(
+        bb, [data, roi, None, placeholder], attrs, params)
+    if not isinstance(template, relax.Call) or template.op.name not in (
+            "relax.image.resize2d", "relax.image.resize3d"):
+        return None
+    if _runtime(sizes):
+        wanted = bb.emit(R.astype(sizes, "int64"))
+        wanted = checked_dims(bb, wanted, rank, R.sum(R.astype(R.less(wanted, i64(0)), "int64")),
+                              0, "Resize: run-time sizes must be >= 0")
+    else:
+        exact = bb.emit(R.multiply(R.astype(i64(shape), "float32"), R.astype(scales, "float32")))
+        wanted = bb.emit(R.astype(R.floor(exact), "int64"))
+        inexact = R.sum(R.astype(R.not_equal(R.floor(exact), exact), "int64"))
+        wanted = checked_dims(bb, wanted, rank, inexact, 0,
+                              "Resize: run-time scales must give whole output sizes "
+                              f"(input shape {shape}); fractional ones are not supported")
+    if attrs.get("mode", b"nearest") == b"nearest":
+        wanted = _whole_ratio(bb, wanted, shape)
+    dims = fresh_shape(bb, wanted, rank, "resized")
+    args = [template.args[0], relax.ShapeExpr(dims[2:]), *template.args[2:]]
+    return relax.Call(template.op, args, template.attrs, template.ty_args)
+
+
+
+def _whole_ratio(bb, wanted, shape: list[int]) -> relax.Expr:
+    """Nearest resizing only where each output size is a multiple or a divisor of the input
+    size. TVM maps output to input coordinates by multiplying with in/out in float32; at a
+    ratio such as 2/7 a coordinate that is exactly halfway (0.5) comes out 0.5000001 and
+    picks the other pixel (onnx divides by the scale and gets the tie right). Whole ratios
+    have no such ties."""
+    size = i64(shape)
+    out = R.maximum(wanted, i64(1))
+    divides = R.logical_or(R.equal(R.floor_mod(out, size), i64(0)),
+                           R.equal(R.floor_mod(size, out), i64(0)))
+    bad = R.sum(R.astype(R.logical_not(divides), "int64"))
+    return checked_dims(bb, wanted, len(shape), bad, 0,
+                        "Resize (nearest): each run-time output size must be a multiple or a "
+                        f"divisor of the input size {shape}; other ratios are not supported")
+
+
+CONVERTERS["Resize"] = resize

@@ -63,3 +63,39 @@ def test_reshape_runtime_shape(tmp_path):
     for bad in ([400, 200, 1], [-2, -3, -2]):
         with pytest.raises(ModelRunError, match="does not hold the data's 12 elements"):
             compiled.run({"x": DATA, "shape": np.array(bad)})
+
+
+def _resize_model(arg: str, mode: str, antialias: int = 0):
+    inputs = ["x", "", "scales"] if arg == "scales" else ["x", "", "", "sizes"]
+    node = helper.make_node("Resize", inputs, ["y0"], mode=mode, antialias=antialias)
+    kind = TensorProto.FLOAT if arg == "scales" else TensorProto.INT64
+    return _model(node, [("x", TensorProto.FLOAT, [1, 2, 4, 4]), (arg, kind, [4])], opset=19)
+
+
+IMAGE = np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_runtime_sizes_and_scales(tmp_path, mode):
+    for arg, values in (("sizes", [[1, 2, 8, 12], [1, 2, 2, 4]]),
+                        ("scales", [[1, 1, 2, 3], [1, 1, 0.5, 1]])):
+        path = tmp_path / f"resize_{arg}.onnx"
+        onnx.save(_resize_model(arg, mode), path)
+        kind = np.float32 if arg == "scales" else np.int64
+        for v in values:
+            check_against_onnxruntime(path, tmp_path, feed={"x": IMAGE, arg: np.array(v, kind)})
+
+
+def test_resize_values_tvm_gets_wrong_are_named_errors(tmp_path):
+    nearest = compile_and_load(_resize_model("sizes", "nearest"), tmp_path, "nearest")
+    with pytest.raises(ModelRunError, match="multiple or a divisor"):
+        nearest.run({"x": IMAGE, "sizes": np.array([1, 2, 7, 8])})  # 4 -> 7: ties go wrong
+    linear = compile_and_load(_resize_model("scales", "linear"), tmp_path, "linear")
+    with pytest.raises(ModelRunError, match="whole output sizes"):
+        linear.run({"x": IMAGE, "scales": np.array([1, 1, 0.6, 1], np.float32)})
+
+
+def test_resize_antialias_is_refused_by_name(tmp_path):
+    from aotc.errors import UnsupportedModelError
+    with pytest.raises(UnsupportedModelError, match="antialias=1 is ignored"):
+        compile_and_load(_resize_model("sizes", "linear", antialias=1), tmp_path)
