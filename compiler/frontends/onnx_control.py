@@ -41,9 +41,11 @@ def if_to_where(node: onnx.NodeProto, info: GraphInfo) -> list[onnx.NodeProto]:
     return then_nodes + else_nodes + selects
 
 
-def inline_branch(graph: onnx.GraphProto, info: GraphInfo, node: onnx.NodeProto):
-    """The branch's nodes with its own names made fresh; returns (nodes, its output names)."""
-    renamed: dict[str, str] = {}
+def inline_branch(graph: onnx.GraphProto, info: GraphInfo, node: onnx.NodeProto,
+                  bindings: dict[str, str] | None = None):
+    """The subgraph's nodes with its own names made fresh; returns (nodes, its output names).
+    ``bindings`` maps the subgraph's inputs (a Scan body's state and elements) to outer names."""
+    renamed: dict[str, str] = dict(bindings or {})
     nodes = []
     for init in graph.initializer:
         renamed[init.name] = info.fresh("branch_const")
@@ -52,7 +54,8 @@ def inline_branch(graph: onnx.GraphProto, info: GraphInfo, node: onnx.NodeProto)
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                for a in inner.attribute):
             raise UnsupportedModelError(
-                f"If node {node.name!r}: a branch holds nested control flow ({inner.op_type}), "
+                f"{node.op_type} node {node.name!r}: a subgraph holds nested control flow "
+                f"({inner.op_type}), "
                 "which aotc does not inline yet")
         copy = onnx.NodeProto()
         copy.CopyFrom(inner)

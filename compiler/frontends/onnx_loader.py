@@ -21,7 +21,7 @@ from .onnx_graph import GraphInfo, with_fixed_inputs
 from .onnx_functions import expand_functions
 from .onnx_lowbit import CARRIED, carry_narrow_types
 from .onnx_ops import check_ops, model_opset, ops_to_expand
-from .onnx_rewrites import apply_rewrites
+from .onnx_rewrites import INLINING, apply_rewrites
 from .shapes import apply_overrides
 
 
@@ -107,7 +107,14 @@ def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
         model = expanded
     model, _folded = fold_constants(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
     model = carry_narrow_types(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
-    model, _rewritten = apply_rewrites(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
+    # Inlined If branches and unrolled Scan bodies get their shape arithmetic folded and their
+    # own nodes rewritten in the next round (nested control flow is refused, so two suffice).
+    for _round in range(2):
+        model, rewritten = apply_rewrites(model, GraphInfo(with_fixed_inputs(model, shapes),
+                                                           opset))
+        if not any(op in rewritten for op in INLINING):
+            break
+        model, _folded = fold_constants(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
     return model
 
 

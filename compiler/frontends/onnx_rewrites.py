@@ -23,9 +23,12 @@ from aotc.errors import UnsupportedModelError
 from .onnx_graph import GraphInfo, node_attrs
 from .onnx_control import if_to_where
 from .onnx_rnn import expand_recurrent
+from .onnx_scan import unroll_scan
 
 # Ops TVM has no converter for that aotc expands itself (the op check accepts them).
-OWN_CONVERTERS = ("If", "LSTM", "GRU", "RNN")
+OWN_CONVERTERS = ("If", "Scan", "LSTM", "GRU", "RNN")
+# Rewrites that inline subgraphs: their nodes are folded and rewritten in another round.
+INLINING = ("If", "Scan")
 
 Rewrite = Callable[[onnx.NodeProto, GraphInfo], "list[onnx.NodeProto] | None"]
 
@@ -335,6 +338,7 @@ REWRITES: dict[str, Rewrite] = {
     "Cosh": hyperbolic,
     "Sinh": hyperbolic,
     "If": if_to_where,
+    "Scan": unroll_scan,
     "LSTM": expand_recurrent,
     "GRU": expand_recurrent,
     "RNN": expand_recurrent,
@@ -370,7 +374,5 @@ def _rewrite_nodes(nodes: list, info: GraphInfo, counts: dict) -> list:
             result.append(node)
             continue
         counts[node.op_type] = counts.get(node.op_type, 0) + 1
-        if node.op_type == "If":  # inlined branches may hold ops that need rewriting too
-            replaced = _rewrite_nodes(replaced, info, counts)
         result.extend(replaced)
     return result
