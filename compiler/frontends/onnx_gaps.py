@@ -43,15 +43,22 @@ def roialign_max(node, _constants) -> str:
     return ""
 
 
-def resize_antialias(node, _constants) -> str:
-    if node_attrs(node).get("antialias", 0):
+def resize_gaps(node, constants) -> str:
+    """Resize configurations TVM 0.27 gets wrong without an error."""
+    attrs = node_attrs(node)
+    if attrs.get("antialias", 0):
         return ("antialias=1 is ignored by TVM 0.27's Resize (downsampling then skips the "
                 "filter: a silent wrong answer); not supported yet")
+    if "axes" in attrs:
+        return "the axes attribute is ignored by TVM 0.27's Resize; not supported yet"
+    if attrs.get("keep_aspect_ratio_policy", b"stretch") not in (b"stretch", "stretch"):
+        return ("keep_aspect_ratio_policy other than 'stretch' is ignored by TVM 0.27's "
+                "Resize; not supported yet")
     return ""
 
 
 GAPS: dict[str, Check] = {
-    "Resize": resize_antialias,
+    "Resize": resize_gaps,
     "BatchNormalization": batchnorm_training,
     "Dropout": dropout_training,
     "NonMaxSuppression": nms_any,

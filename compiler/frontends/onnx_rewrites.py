@@ -12,6 +12,7 @@ A rewrite returns the nodes that replace ``node`` (outputs keep their names), or
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -330,7 +331,68 @@ def bool_extremum(node, info):
             helper.make_node("Cast", [reduced], [node.output[0]], to=TensorProto.BOOL)]
 
 
+def resize_mapping_check(node, info):
+    """Refuses constant Resize arguments TVM 0.27 maps wrongly (no rewrite: returns None).
+
+    TVM maps output to input coordinates with in/out in float32, ONNX with 1/scale: constant
+    scales that give fractional output sizes (0.6 x 4 = 2.4) map differently, and nearest
+    resizing where an output pixel falls exactly halfway between two input pixels (2 -> 7)
+    comes out a hair off and picks the other one. Both are checked exactly here; run-time
+    sizes and scales are checked by onnx_runtime_params."""
+    shape = info.shape(node.input[0])
+    if not shape or None in shape:
+        return None
+    scales = _constant_input(node, info, 2)
+    sizes = _constant_input(node, info, 3)
+    if scales is not None and scales.size:
+        exact = [float(s) * d for s, d in zip(scales, shape)]
+        if any(e != int(e) for e in exact):
+            raise UnsupportedModelError(
+                f"Resize node {node.name!r}: scales {scales.tolist()} on shape {shape} give "
+                "fractional output sizes, which TVM maps differently from ONNX; not supported")
+        sizes = np.array(exact, np.int64)
+    mode = node_attrs(node).get("mode", b"nearest")
+    if sizes is not None and sizes.size and mode in (b"nearest", "nearest"):
+        coordinate = node_attrs(node).get("coordinate_transformation_mode", b"half_pixel")
+        for n_in, n_out in zip(shape, sizes.tolist()):
+            if n_out and _halfway_tie(n_in, int(n_out), coordinate):
+                raise UnsupportedModelError(
+                    f"Resize node {node.name!r}: nearest resizing {n_in} -> {n_out} puts "
+                    "output pixels exactly halfway between input pixels, where TVM 0.27 "
+                    "rounds the wrong way; not supported")
+    return None
+
+
+def _constant_input(node, info, k: int):
+    if len(node.input) > k and node.input[k] and node.input[k] in info.constants:
+        return np.asarray(info.constants[node.input[k]])
+    return None
+
+
+def _halfway_tie(n_in: int, n_out: int, coordinate) -> bool:
+    """Whether some output pixel maps exactly to an input half-integer (x.5), in exact
+    arithmetic, while TVM's float32 ratio is inexact (its denominator is not a power of two:
+    with 4 -> 2 the ties are computed exactly and come out right)."""
+    if coordinate in (b"align_corners", "align_corners"):
+        if n_out < 2:
+            return False
+        num, den = n_in - 1, n_out - 1
+        ties = any((2 * x * num) % (2 * den) == den for x in range(n_out))
+    elif coordinate in (b"asymmetric", "asymmetric"):
+        num, den = n_in, n_out
+        ties = any((2 * x * num) % (2 * den) == den for x in range(n_out))
+    elif coordinate in (b"tf_half_pixel_for_nn", "tf_half_pixel_for_nn"):
+        num, den = n_in, n_out
+        ties = any(((2 * x + 1) * num) % (2 * den) == den for x in range(n_out))
+    else:  # half_pixel, pytorch_half_pixel: (x + 0.5) * in/out - 0.5 == k + 0.5
+        num, den = n_in, n_out
+        ties = any(((2 * x + 1) * num) % (2 * den) == 0 for x in range(n_out))
+    reduced = den // math.gcd(num, den) if num else 1
+    return ties and reduced & (reduced - 1) != 0
+
+
 REWRITES: dict[str, Rewrite] = {
+    "Resize": resize_mapping_check,
     "ReduceMax": bool_extremum,
     "ReduceMin": bool_extremum,
     "Constant": constant_as_tensor,

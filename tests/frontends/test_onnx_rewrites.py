@@ -7,6 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import aotc
 from aotc.compiler.frontends.onnx_fold import fold_constants
 from aotc.compiler.frontends.onnx_graph import GraphInfo, with_fixed_inputs
 from aotc.compiler.frontends.onnx_rewrites import apply_rewrites, output_shape_pads
@@ -160,3 +161,29 @@ def test_conv_transpose_output_shape_without_static_shapes_is_refused(tmp_path):
     onnx.save(model, path)
     with pytest.raises(UnsupportedModelError, match="output_shape needs static input"):
         compile_and_load(path, tmp_path)
+
+
+def _constant_resize(sizes, mode="nearest", **attrs):
+    init = [onnx.numpy_helper.from_array(np.array(sizes, np.int64), "sizes")]
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode, **attrs)
+    graph = helper.make_graph(
+        [node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=init)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_nearest_resize_ties_tvm_rounds_wrong_are_refused(tmp_path):
+    """2 -> 7 puts output row 3 exactly halfway (0.5); TVM's float32 ratio made it 0.5000001
+    and picked the other row, silently."""
+    with pytest.raises(UnsupportedModelError, match="exactly halfway"):
+        aotc.compile(_constant_resize([1, 1, 7, 4]), target="x86", output=tmp_path / "a.so")
+    path = tmp_path / "ok.onnx"  # 2 -> 1, 4 -> 8: halfway points are computed exactly
+    onnx.save(_constant_resize([1, 1, 1, 8]), path)
+    check_against_onnxruntime(path, tmp_path)
+
+
+def test_resize_attributes_tvm_ignores_are_refused(tmp_path):
+    for attrs in ({"axes": [2, 3]}, {"keep_aspect_ratio_policy": "not_larger"}):
+        model = _constant_resize([4, 8] if "axes" in attrs else [1, 1, 4, 8], **attrs)
+        with pytest.raises(UnsupportedModelError, match="ignored by TVM"):
+            aotc.compile(model, target="x86", output=tmp_path / "b.so")
