@@ -178,3 +178,28 @@ def _whole_ratio(bb, wanted, shape: list[int]) -> relax.Expr:
 
 
 CONVERTERS["Resize"] = resize
+
+
+def one_hot(bb, inputs, attrs, opset, params):
+    """OneHot with a run-time depth: compare the (normalized) indices with arange(depth)."""
+    indices, depth, values = inputs[0], inputs[1], inputs[2]
+    shape = static_shape(indices)
+    if not _runtime(depth) or shape is None:
+        return None
+    rank = len(shape) + 1
+    axis = attrs.get("axis", -1) % rank
+    count = bb.emit(R.reshape(R.astype(depth, "int64"), [1]))
+    count = checked_dims(bb, count, 1, R.sum(R.astype(R.less(count, i64(1)), "int64")), 0,
+                         "OneHot: the run-time depth must be >= 1")
+    (d,) = fresh_shape(bb, count, 1, "depth")
+    positions = R.arange(0, d, 1, "int64")
+    along_axis = R.reshape(positions, [d if k == axis else 1 for k in range(rank)])
+    index = R.astype(indices, "int64")
+    index = R.where(R.less(index, i64(0)), R.add(index, count), index)
+    hits = R.equal(R.expand_dims(index, axis), along_axis)
+    off = R.strided_slice(values, axes=[0], begin=[0], end=[1])
+    on = R.strided_slice(values, axes=[0], begin=[1], end=[2])
+    return R.where(hits, on, off)
+
+
+CONVERTERS["OneHot"] = one_hot

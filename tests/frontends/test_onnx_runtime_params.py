@@ -99,3 +99,18 @@ def test_resize_antialias_is_refused_by_name(tmp_path):
     from aotc.errors import UnsupportedModelError
     with pytest.raises(UnsupportedModelError, match="antialias=1 is ignored"):
         compile_and_load(_resize_model("sizes", "linear", antialias=1), tmp_path)
+
+
+def test_one_hot_runtime_depth(tmp_path):
+    node = helper.make_node("OneHot", ["i", "depth", "values"], ["y0"], axis=1)
+    graph = helper.make_graph(
+        [node], "onehot",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3]),
+         helper.make_tensor_value_info("depth", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(np.array([-1, 5], np.float32), "values")])
+    path = tmp_path / "onehot.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), path)
+    indices = np.array([[0, 2, -1], [1, 7, -3]])
+    for depth in (3, 8):
+        check_against_onnxruntime(path, tmp_path, feed={"i": indices, "depth": np.array(depth)})
