@@ -51,4 +51,8 @@ def meaningful_line(err: BaseException) -> str:
         if line.startswith("error:"):
             detail = [l for l in lines[i + 1:] if l.startswith("Traceback:")]
             return line[len("error:"):].strip() + (f" ({detail[0]})" if detail else "")
+    for i, line in enumerate(lines):
+        # "CodeGenVM cannot emit ... Offending call:\nR.where(...)": the sentence, then the call
+        if line.startswith("Offending call:") and i > 0:
+            return f"{lines[i - 1]} ({' '.join(lines[i + 1:i + 2])})"
     return lines[-1] if lines else ""

@@ -68,3 +68,13 @@ def test_external_data_inside_the_folder_compiles(tmp_path):
     aotc.compile(tmp_path / "m.onnx", output=tmp_path / "m.so")
     out = aotc.load(tmp_path / "m.so")(x=np.zeros((2, 3), np.float32))
     np.testing.assert_array_equal(out["y"], np.full((2, 3), 2.0, np.float32))
+
+
+def test_codegen_errors_name_the_problem_and_the_call():
+    """TVM's VM codegen ends its message with the offending IR; the user saw only
+    'R.where(alloc26, ...)' as the reason."""
+    from aotc.errors import meaningful_line
+    err = RuntimeError("CodeGenVM cannot emit this Relax operator directly. Run the appropriate "
+                       "lowering pass.\nOffending call:\nR.where(alloc26, alloc19, c)")
+    line = meaningful_line(err)
+    assert line.startswith("CodeGenVM cannot emit") and "R.where(alloc26" in line

@@ -203,3 +203,71 @@ def one_hot(bb, inputs, attrs, opset, params):
 
 
 CONVERTERS["OneHot"] = one_hot
+
+
+def pad(bb, inputs, attrs, opset, params):
+    """Pad with run-time pads (any mode): each output axis gathers from the input at
+    position i - pad_begin, mapped by the mode (constant: masked where outside, edge: clamped,
+    reflect: mirrored, wrap: modulo). Negative pads crop the same way."""
+    data, pads = inputs[0], inputs[1] if len(inputs) > 1 else None
+    shape = static_shape(data)
+    if opset < 11 or not _runtime(pads) or shape is None:
+        return None
+    axes_input = inputs[3] if len(inputs) > 3 else None
+    if _runtime(axes_input):
+        return None
+    rank = len(shape)
+    axes = ([int(a) % rank for a in axes_input.value.numpy()] if axes_input is not None
+            else list(range(rank)))
+    n = len(axes)
+    pads = bb.emit(R.astype(pads, "int64"))
+    begin, end = _full_pads(bb, pads, axes, n, rank)
+    out_sizes = bb.emit(R.add(R.add(i64(shape), begin), end))
+    out_sizes = checked_dims(bb, out_sizes, rank,
+                             R.sum(R.astype(R.less(out_sizes, i64(0)), "int64")), 0,
+                             "Pad: run-time pads remove more than the data holds")
+    dims = fresh_shape(bb, out_sizes, rank, "padded")
+    mode = attrs.get("mode", b"constant").decode()
+    x, inside = data, None
+    for a in range(rank):
+        start = R.strided_slice(begin, axes=[0], begin=[a], end=[a + 1])
+        pos = bb.emit(R.subtract(R.arange(0, dims[a], 1, "int64"), start))
+        size = i64(shape[a])
+        if mode == "constant":
+            ok = R.logical_and(R.greater_equal(pos, i64(0)), R.less(pos, size))
+            axis_shape = [dims[a] if k == a else 1 for k in range(rank)]
+            ok = R.reshape(ok, axis_shape)
+            inside = ok if inside is None else R.logical_and(inside, ok)
+            src = R.clip(pos, 0, max(shape[a] - 1, 0))
+        elif mode == "edge":
+            src = R.clip(pos, 0, max(shape[a] - 1, 0))
+        elif mode == "reflect":
+            period = i64(max(2 * (shape[a] - 1), 1))
+            folded = R.floor_mod(pos, period)
+            src = R.where(R.greater_equal(folded, size), R.subtract(period, folded), folded)
+        elif mode == "wrap":
+            src = R.floor_mod(pos, size)
+        else:
+            return None
+        x = bb.emit(R.take(x, src, axis=a))
+    if mode != "constant":
+        return x
+    value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else relax.const(
+        0, str(data.ty.dtype))
+    return R.where(inside, x, R.astype(value, str(data.ty.dtype)))
+
+
+def _full_pads(bb, pads, axes: list[int], n: int, rank: int):
+    """(begin, end) int64[rank] from ONNX pads [begins of ``axes``..., ends of ``axes``...]."""
+    slot = np.zeros(rank, np.int64)
+    listed = np.zeros(rank, bool)
+    for i, a in enumerate(axes):
+        slot[a], listed[a] = i, True
+    halves = []
+    for offset in (0, n):
+        part = R.take(pads, i64(slot + offset), axis=0)
+        halves.append(bb.emit(R.where(relax.const(listed, "bool"), part, i64(np.zeros(rank)))))
+    return halves
+
+
+CONVERTERS["Pad"] = pad

@@ -114,3 +114,18 @@ def test_one_hot_runtime_depth(tmp_path):
     indices = np.array([[0, 2, -1], [1, 7, -3]])
     for depth in (3, 8):
         check_against_onnxruntime(path, tmp_path, feed={"i": indices, "depth": np.array(depth)})
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
+def test_pad_runtime_pads(tmp_path, mode):
+    node = helper.make_node("Pad", ["x", "pads", "value"], ["y0"], mode=mode)
+    graph = helper.make_graph(
+        [node], "pad", [helper.make_tensor_value_info(*X),
+                        helper.make_tensor_value_info("pads", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(np.array(7.5, np.float32), "value")])
+    path = tmp_path / "pad.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    cases = [[1, 2, 0, 1], [0, -1, 2, 0]] if mode != "wrap" else [[1, 2, 0, 1]]
+    for pads in cases:
+        check_against_onnxruntime(path, tmp_path, feed={"x": DATA, "pads": np.array(pads)})
