@@ -54,3 +54,20 @@ def test_odd_matmul_shapes_match_onnxruntime(m, k, n, tmp_path):
     path = tmp_path / "mm.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-4)
+
+
+def test_bool_kernels_are_not_vectorized_and_compute_right(tmp_path):
+    """A vectorized logical_not(x > 0) came out all True (TVM's LLVM codegen and bool
+    vectors); torch's _safe_softmax returned NaN rows instead of zeros because of it."""
+    import torch
+
+    from helpers import check_against_torch
+
+    class Masking(torch.nn.Module):
+        def forward(self, x):
+            keep = torch.logical_not(torch.eq(x, float("-inf")))
+            return torch.ops.aten._safe_softmax(x, 1), keep, torch.logical_not(x > 0)
+
+    x = torch.full((2, 3, 8), float("-inf"))
+    x[0] = torch.randn(3, 8)
+    check_against_torch(Masking(), (x,), tmp_path)

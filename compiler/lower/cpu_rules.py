@@ -103,7 +103,7 @@ def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
     if n_spatial == 0:
         return
     all_spatial = n_spatial == len(loops)
-    if all_spatial:
+    if all_spatial and not touches_bool(sch, block):
         inner_ext = _extent(sch, loops[-1])
         if inner_ext and inner_ext >= 4 and len(loops) > 1:
             factor = _largest_divisor(inner_ext, lanes * 4, lanes)
@@ -230,7 +230,8 @@ class Generic(ScheduleRule):
         if "R" in kinds and len(kinds) >= 2 and kinds[-1] == "R":
             last_spatial = max(i for i, k in enumerate(kinds) if k == "S")
             ext = _extent(sch, loops[last_spatial])
-            if ext and ext >= lanes and ext % lanes == 0 and _reads_contiguous(sch, block):
+            if (ext and ext >= lanes and ext % lanes == 0 and _reads_contiguous(sch, block)
+                    and not touches_bool(sch, block)):
                 reduce = [l for l, k in zip(loops, kinds) if k == "R"]
                 sch.reorder(*reduce, loops[last_spatial])
                 outer, inner = sch.split(loops[last_spatial], factors=[None, lanes])
@@ -242,6 +243,16 @@ class Generic(ScheduleRule):
                 sch.decompose_reduction(block, reduce[0])
                 return
         schedule_injective_block(sch, block, lanes)
+
+
+def touches_bool(sch, block) -> bool:
+    """Whether the block reads or writes a bool buffer. Such blocks are not vectorized: TVM
+    0.27's LLVM codegen gets vectors of bool wrong (a vectorized ``logical_not(x > 0)`` came
+    out all True - a silent wrong answer in torch's _safe_softmax and any masking code - and
+    vectorized bool and/or failed in LLVM's verifier)."""
+    stmt = sch.get(block)
+    regions = list(stmt.reads) + list(stmt.writes)
+    return any(str(region.buffer.dtype) == "bool" for region in regions)
 
 
 def _reads_contiguous(sch, block) -> bool:
