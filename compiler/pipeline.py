@@ -9,7 +9,8 @@ Phases (names are what --dump-ir writes):
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
             bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
             PrimFuncs, fused (one fused kernel = one tuning task)
-  schedule  a schedule for every PrimFunc (compiler/lower)
+  schedule  a schedule for every PrimFunc (compiler/lower); empty constants made at run time
+            (TVM cannot load zero-size constants)
   finalize  TVM's dataflow lowering and memory planning (tvm.compile does the rest)
 """
 
@@ -26,8 +27,8 @@ from aotc.targets import TargetSpec
 from .lower import default_schedule_pass
 from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
 from .passes import (ConvertLayoutNHWC, GuardIndices, HalfInFloat32, LegalizeDynamicSlices,
-                     LiftMinMaxCallTIR, RemoveIdentityBroadcast, RemoveInferenceDropout,
-                     SumOfStackToAdd)
+                     LiftMinMaxCallTIR, MaterializeEmptyConstants, RemoveIdentityBroadcast,
+                     RemoveInferenceDropout, SumOfStackToAdd)
 
 
 def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
@@ -51,7 +52,8 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
                    relax.transform.FoldConstant(),
                    relax.transform.FuseOps(),
                    relax.transform.FuseTIR()]),
-        ("schedule", [default_schedule_pass(spec)]),
+        ("schedule", [default_schedule_pass(spec),
+                      MaterializeEmptyConstants()]),  # after the last FoldConstant
     ]
 
 

@@ -150,11 +150,14 @@ def _native_writable(value: np.ndarray) -> np.ndarray:
 
 
 def _compact_empty(value: np.ndarray) -> np.ndarray:
-    """An empty array with the strides of a compact layout: numpy gives empty arrays strides of
-    0, which TVM rejects ("expected to be compact array")."""
-    strides = np.empty(tuple(max(d, 1) for d in value.shape), value.dtype).strides
-    return np.ndarray(value.shape, value.dtype, buffer=np.empty(1, value.dtype),
-                      strides=strides)
+    """An empty array with the strides TVM calls compact (each the product of the dims after
+    it, in bytes): numpy gives empty arrays other strides, which TVM rejects ("expected to be
+    compact array")."""
+    strides, step = [], value.dtype.itemsize
+    for dim in reversed(value.shape):
+        strides.insert(0, step)
+        step *= dim
+    return np.lib.stride_tricks.as_strided(np.empty(1, value.dtype), value.shape, strides)
 
 
 # TVM compiles kernels assuming every tensor argument is 64-byte aligned (it emits aligned AVX-512
@@ -164,8 +167,8 @@ TVM_ALIGNMENT = 64
 
 
 def aligned(array: np.ndarray) -> np.ndarray:
-    """``array`` itself if 64-byte aligned, else an aligned copy."""
-    if array.ctypes.data % TVM_ALIGNMENT == 0:
+    """``array`` itself if 64-byte aligned (or empty: nothing is read), else an aligned copy."""
+    if array.size == 0 or array.ctypes.data % TVM_ALIGNMENT == 0:
         return array
     raw = np.empty(array.nbytes + TVM_ALIGNMENT, dtype=np.uint8)
     offset = -raw.ctypes.data % TVM_ALIGNMENT

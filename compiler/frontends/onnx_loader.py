@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
-from aotc.errors import CompileError, ModelLoadError, meaningful_line
+from aotc.errors import AotcError, CompileError, ModelLoadError, meaningful_line
 from aotc.runtime.exotic_dtypes import carried_dtype
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
@@ -136,6 +136,8 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
         # from the model's own dim_param; it rejects names given in shape_dict.
         fixed = {t.name: list(t.shape) for t in inputs if all(isinstance(d, int) for d in t.shape)}
         mod = import_graph(model, fixed, {t.name: carried_dtype(t.dtype) for t in inputs})
+    except AotcError:  # our own converters' named refusals pass through as they are
+        raise
     except Exception as err:  # TVM's importer raises many kinds; say where it happened
         raise CompileError(f"{name}: TVM's ONNX importer failed: {type(err).__name__}: "
                            f"{meaningful_line(err)}") from err

@@ -21,6 +21,8 @@ import tvm
 from tvm import relax
 from tvm.relax import op as R
 
+from aotc.errors import UnsupportedModelError
+
 from .relax_shapes import fresh_shape, i64, static_shape
 
 # ONNX op -> (value transform before, core reduction, transform after)
@@ -50,6 +52,11 @@ def convert_reduction(op_name: str, bb: relax.BlockBuilder, inputs: list, attrs:
     shape, axes_shape = static_shape(data), static_shape(axes)
     if shape is None or axes_shape is None:
         return None
+    if 0 in shape:
+        raise UnsupportedModelError(
+            f"{op_name} over run-time axes of an empty tensor (shape {shape}): a reduced "
+            "empty dim becomes 1 and a kept one stays 0, which this converter cannot tell "
+            "apart at compile time; not supported")
     rank, count = len(shape), axes_shape[0]
     keepdims = attrs.get("keepdims", 1)
     if count == 0 and attrs.get("noop_with_empty_axes", 0):

@@ -5,9 +5,10 @@ from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32
 from .legalize_dynamic_slices import LegalizeDynamicSlices
 from .lift_minmax_call_tir import LiftMinMaxCallTIR
+from .materialize_empty_constants import MaterializeEmptyConstants
 from .remove_identity_broadcast import RemoveIdentityBroadcast
 from .remove_inference_dropout import RemoveInferenceDropout
 from .sum_of_stack_to_add import SumOfStackToAdd
 
-__all__ = ["ConvertLayoutNHWC", "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR", "RemoveIdentityBroadcast",
+__all__ = ["ConvertLayoutNHWC", "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR", "MaterializeEmptyConstants", "RemoveIdentityBroadcast",
            "RemoveInferenceDropout", "SumOfStackToAdd"]
