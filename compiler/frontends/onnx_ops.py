@@ -33,10 +33,11 @@ class OpRow:
     first_node: str
 
 
-# TVM converters registered under a standard op's name that implement a different op: TVM's
-# "Attention" is com.microsoft's contrib op (num_heads attribute, packed QKV weights), not
-# ai.onnx Attention-23; the standard op is expanded from its function body instead.
-FOREIGN_CONVERTERS = frozenset({"Attention"})
+# TVM converters not used: the op is expanded from its spec function body instead.
+#   Attention: TVM's converter is com.microsoft's contrib op (num_heads attribute, packed QKV
+#     weights), not ai.onnx Attention-23.
+#   RMSNormalization: TVM's fails to lower axis=0 ("Tensor dimension mismatch in read").
+FOREIGN_CONVERTERS = frozenset({"Attention", "RMSNormalization"})
 
 
 def _converter_map() -> dict:

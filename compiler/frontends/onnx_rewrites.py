@@ -391,7 +391,24 @@ def _halfway_tie(n_in: int, n_out: int, coordinate) -> bool:
     return ties and reduced & (reduced - 1) != 0
 
 
+def half_via_float32(node, info):
+    """The op on float16/bfloat16 computed as Cast(float32) -> op -> Cast back: TVM's
+    converter (Elu, also inside Celu's function body) mixes float32 constants into the
+    half-precision math and fails ("Binary operators must have the same datatype")."""
+    half = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+    elem = info.elem_type(node.input[0])
+    if elem not in half:
+        return None
+    wide_in, wide_out = info.fresh("wide_in"), info.fresh("wide_out")
+    inner = onnx.NodeProto()
+    inner.CopyFrom(node)
+    inner.input[0], inner.output[0] = wide_in, wide_out
+    return [helper.make_node("Cast", [node.input[0]], [wide_in], to=TensorProto.FLOAT), inner,
+            helper.make_node("Cast", [wide_out], [node.output[0]], to=elem)]
+
+
 REWRITES: dict[str, Rewrite] = {
+    "Elu": half_via_float32,
     "Resize": resize_mapping_check,
     "ReduceMax": bool_extremum,
     "ReduceMin": bool_extremum,

@@ -78,3 +78,30 @@ def test_standard_attention_is_expanded_not_given_to_the_contrib_converter(tmp_p
     assert "Attention" in ops_to_expand(model)
     onnx.save(model, tmp_path / "attention.onnx")
     check_against_onnxruntime(tmp_path / "attention.onnx", tmp_path)
+
+
+def test_ops_whose_tvm_converter_fails_use_the_spec_body(tmp_path):
+    """RMSNormalization over axis 0 failed to lower in TVM (now expanded from its body); Elu
+    on float16 mixed float32 constants in (now computed in float32). Both match onnx's
+    reference."""
+    from onnx.reference import ReferenceEvaluator
+
+    from helpers import compile_and_load
+    rms = helper.make_model(helper.make_graph(
+        [helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=0)], "rms",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])]),
+        opset_imports=[helper.make_opsetid("", 23)])
+    elu = helper.make_model(helper.make_graph(
+        [helper.make_node("Elu", ["x"], ["y"], alpha=0.7)], "elu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 3, 4])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    for name, model, dtype in (("rms", rms, np.float32), ("elu", elu, np.float16)):
+        feed = {i.name: rng.standard_normal((2, 3, 4)).astype(dtype) for i in model.graph.input}
+        want = ReferenceEvaluator(model).run(None, feed)[0]
+        got = compile_and_load(model, tmp_path, name).run(feed)["y"]
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32),
+                                   rtol=1e-3, atol=1e-3)
