@@ -22,10 +22,21 @@ from .onnx_runtime_params import CONVERTERS as RUNTIME_PARAM_CONVERTERS
 # op -> converter(bb, inputs, attrs, opset, params) returning a Relax expr, or None
 OWN_RELAX_CONVERTERS = {**{op: partial(convert_reduction, op) for op in REDUCTIONS},
                         **RUNTIME_PARAM_CONVERTERS}
+# Ops TVM has no converter for at all: only OWN_RELAX_CONVERTERS handle them.
+RELAX_ONLY = frozenset({"CumProd"})
 
 
 class AotcImporter(onnx_frontend.ONNXGraphImporter):
     """ONNXGraphImporter whose operator conversion asks OWN_RELAX_CONVERTERS first."""
+
+    def _check_for_unsupported_ops(self, graph):
+        """TVM's up-front check, without the ops only aotc converts (aotc's own op check has
+        already listed every unsupported op of the user's graph)."""
+        if not any(n.op_type in RELAX_ONLY for n in graph.node):
+            return super()._check_for_unsupported_ops(graph)
+        nodes_only = onnx.GraphProto()  # the check reads only the nodes; weights stay behind
+        nodes_only.node.extend(n for n in graph.node if n.op_type not in RELAX_ONLY)
+        return super()._check_for_unsupported_ops(nodes_only)
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
         own = OWN_RELAX_CONVERTERS.get(op_name)

@@ -26,8 +26,9 @@ from .onnx_control import if_to_where
 from .onnx_rnn import expand_recurrent
 from .onnx_scan import unroll_scan
 
-# Ops TVM has no converter for that aotc expands itself (the op check accepts them).
-OWN_CONVERTERS = ("If", "Scan", "LSTM", "GRU", "RNN")
+# Ops TVM has no converter for that aotc converts itself (the op check accepts them): here,
+# or in Relax by onnx_importer (CumProd).
+OWN_CONVERTERS = ("If", "Scan", "LSTM", "GRU", "RNN", "LpNormalization", "CumProd")
 # Rewrites that inline subgraphs: their nodes are folded and rewritten in another round.
 INLINING = ("If", "Scan")
 
@@ -407,7 +408,31 @@ def half_via_float32(node, info):
             helper.make_node("Cast", [wide_out], [node.output[0]], to=elem)]
 
 
+def lp_normalization(node, info):
+    """LpNormalization (no TVM converter): x / ||x||_p along ``axis`` (p 1 or 2), 0 where the
+    norm is 0, as onnx's reference defines it."""
+    attrs = node_attrs(node)
+    x, p = node.input[0], attrs.get("p", 2)
+    if p not in (1, 2):
+        raise UnsupportedModelError(f"LpNormalization node {node.name!r}: p={p} (only 1 and 2 "
+                                    "exist in the spec)")
+    rank = len(info.shape(x) or [])
+    axis = attrs.get("axis", -1) % rank if rank else attrs.get("axis", -1)
+    reduce_op = "ReduceL1" if p == 1 else "ReduceL2"
+    norm, zero, ratio = info.fresh("norm"), info.fresh("norm_is_zero"), info.fresh("ratio")
+    if info.opset >= 18:
+        axes_name, axes_node = _const(info, [axis], np.int64, "axes")
+        nodes = [axes_node, helper.make_node(reduce_op, [x, axes_name], [norm], keepdims=1)]
+    else:
+        nodes = [helper.make_node(reduce_op, [x], [norm], axes=[axis], keepdims=1)]
+    zero_name, zero_const = _const(info, 0, _np_dtype(info, x) or np.float32, "zero")
+    return nodes + [zero_const, helper.make_node("Equal", [norm, zero_name], [zero]),
+                    helper.make_node("Div", [x, norm], [ratio]),
+                    helper.make_node("Where", [zero, zero_name, ratio], list(node.output))]
+
+
 REWRITES: dict[str, Rewrite] = {
+    "LpNormalization": lp_normalization,
     "Elu": half_via_float32,
     "Resize": resize_mapping_check,
     "ReduceMax": bool_extremum,

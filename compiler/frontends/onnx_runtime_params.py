@@ -31,20 +31,43 @@ def _checked_axis(bb, axis_tensor, rank: int) -> relax.Expr:
     return bb.emit(R.take(i64(np.arange(rank)), flat, axis=0))
 
 
-def cumsum(bb, inputs, attrs, opset, params):
-    data, axis = inputs[0], inputs[1]
+def _per_axis(bb, data, axis, along) -> relax.Expr | None:
+    """``along(d)`` for the axis ``axis`` holds: directly when it is a constant, else computed
+    for every d and selected by the run-time value."""
     shape = static_shape(data)
-    if not _runtime(axis) or shape is None:
+    if shape is None:
         return None
     rank = len(shape)
+    if not _runtime(axis):
+        return along(int(axis.value.numpy().reshape(-1)[0]) % rank)
     chosen = _checked_axis(bb, axis, rank)
-    convert = tvm_onnx.CumSum.get_converter(opset)
     result = None
     for d in range(rank):
-        along_d = bb.normalize(convert(bb, [data, relax.const(d, "int64")], attrs, params))
+        along_d = bb.normalize(along(d))
         result = along_d if result is None else bb.emit(
             R.where(R.equal(chosen, i64([d])), along_d, result))
     return result
+
+
+def cumsum(bb, inputs, attrs, opset, params):
+    """CumSum with a run-time axis (TVM's converter takes constant ones)."""
+    if not _runtime(inputs[1]):
+        return None
+    convert = tvm_onnx.CumSum.get_converter(opset)
+    return _per_axis(bb, inputs[0], inputs[1], lambda d: convert(
+        bb, [inputs[0], relax.const(d, "int64")], attrs, params))
+
+
+def cumprod(bb, inputs, attrs, opset, params):
+    """CumProd (no TVM converter), constant or run-time axis, exclusive and reverse."""
+    data = inputs[0]
+    reverse, exclusive = bool(attrs.get("reverse", 0)), bool(attrs.get("exclusive", 0))
+
+    def along(d):
+        x = bb.emit(R.flip(data, d)) if reverse else data
+        y = bb.emit(R.cumprod(x, axis=d, exclusive=exclusive))
+        return R.flip(y, d) if reverse else y
+    return _per_axis(bb, data, inputs[1], along)
 
 
 def _slice_along(bb, data, shape: list[int], axis: int, begin, end, hint: str):
@@ -118,7 +141,8 @@ def reshape(bb, inputs, attrs, opset, params):
     return R.reshape(data, fresh_shape(bb, final, n, "reshaped"))
 
 
-CONVERTERS = {"CumSum": cumsum, "Split": split, "TopK": top_k, "Reshape": reshape}
+CONVERTERS = {"CumSum": cumsum, "CumProd": cumprod, "Split": split, "TopK": top_k,
+              "Reshape": reshape}
 
 
 def resize(bb, inputs, attrs, opset, params):

@@ -187,3 +187,14 @@ def test_resize_attributes_tvm_ignores_are_refused(tmp_path):
         model = _constant_resize([4, 8] if "axes" in attrs else [1, 1, 4, 8], **attrs)
         with pytest.raises(UnsupportedModelError, match="ignored by TVM"):
             aotc.compile(model, target="x86", output=tmp_path / "b.so")
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization_matches_onnxruntime(tmp_path, p):
+    graph = helper.make_graph(
+        [helper.make_node("LpNormalization", ["x"], ["y"], axis=1, p=p)], "lpnorm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 3])])
+    path = tmp_path / "lpnorm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    check_against_onnxruntime(path, tmp_path)

@@ -129,3 +129,11 @@ def test_pad_runtime_pads(tmp_path, mode):
     cases = [[1, 2, 0, 1], [0, -1, 2, 0]] if mode != "wrap" else [[1, 2, 0, 1]]
     for pads in cases:
         check_against_onnxruntime(path, tmp_path, feed={"x": DATA, "pads": np.array(pads)})
+
+
+def test_cumprod_constant_and_runtime_axis(tmp_path):
+    """CumProd has no TVM converter; aotc's handles constant and run-time axes, exclusive and
+    reverse."""
+    node = helper.make_node("CumProd", ["x", "axis"], ["y0"], exclusive=1, reverse=1)
+    model = _model(node, [X, ("axis", TensorProto.INT64, [])], opset=26)
+    _check(tmp_path, model, [{"axis": np.array(a)} for a in (0, -1)])
