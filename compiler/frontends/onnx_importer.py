@@ -16,14 +16,15 @@ import tvm
 from tvm.relax.frontend.onnx import onnx_frontend
 
 from .onnx_ops import model_opset
+from .onnx_bitcast import bitcast
 from .onnx_runtime_axes import REDUCTIONS, convert_reduction
 from .onnx_runtime_params import CONVERTERS as RUNTIME_PARAM_CONVERTERS
 
 # op -> converter(bb, inputs, attrs, opset, params) returning a Relax expr, or None
 OWN_RELAX_CONVERTERS = {**{op: partial(convert_reduction, op) for op in REDUCTIONS},
-                        **RUNTIME_PARAM_CONVERTERS}
+                        **RUNTIME_PARAM_CONVERTERS, "BitCast": bitcast}
 # Ops TVM has no converter for at all: only OWN_RELAX_CONVERTERS handle them.
-RELAX_ONLY = frozenset({"CumProd"})
+RELAX_ONLY = frozenset({"CumProd", "BitCast"})
 
 
 class AotcImporter(onnx_frontend.ONNXGraphImporter):
