@@ -157,7 +157,10 @@ def _compact_empty(value: np.ndarray) -> np.ndarray:
     for dim in reversed(value.shape):
         strides.insert(0, step)
         step *= dim
-    return np.lib.stride_tricks.as_strided(np.empty(1, value.dtype), value.shape, strides)
+    # np.ndarray, not as_strided: that goes through __array_interface__ and turns ml_dtypes
+    # types (float8...) into an unreadable '<f1'
+    return np.ndarray(value.shape, value.dtype, buffer=np.empty(1, value.dtype),
+                      strides=tuple(strides))
 
 
 # TVM compiles kernels assuming every tensor argument is 64-byte aligned (it emits aligned AVX-512

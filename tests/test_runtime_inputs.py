@@ -162,3 +162,16 @@ def test_bfloat16_inputs_and_outputs(tmp_path):
     assert got["as_bf16"].dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(got["as_bf16"], x.astype(ml_dtypes.bfloat16))
     np.testing.assert_array_equal(got["as_f32"], x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_empty_inputs_keep_ml_dtypes(tmp_path):
+    """Empty inputs are re-strided for TVM; that once turned float8 into numpy's '<f1'."""
+    import ml_dtypes
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])], "empty_f8",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT8E4M3FN, [2, 0])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT8E4M3FN, [2, 0])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    aotc.compile(model, target="x86", output=tmp_path / "empty.so", input_shapes={"x": (2, 0)})
+    got = aotc.load(tmp_path / "empty.so")(x=np.zeros((2, 0), ml_dtypes.float8_e4m3fn))["y"]
+    assert got.dtype == ml_dtypes.float8_e4m3fn and got.shape == (2, 0)
