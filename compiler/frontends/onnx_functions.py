@@ -17,6 +17,8 @@ import onnx
 import onnx.inliner
 from onnx import helper
 
+from aotc.errors import UnsupportedModelError, meaningful_line
+
 from .onnx_graph import GraphInfo
 
 DOMAIN = "aotc.expanded"
@@ -56,8 +58,16 @@ def expand_functions(model: onnx.ModelProto, info: GraphInfo, ops: set[str]) -> 
     out.functions.extend(functions)
     out.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     # convert_version: a body written for an older opset (ReduceMean with an axes attribute)
-    # is converted to the model's, where the op may take its axes as an input.
-    inlined = onnx.inliner.inline_local_functions(out, convert_version=True)
+    # is converted to the model's, where the op may take its axes as an input. Only when
+    # needed: the converter wants every intermediate type and fails on some bodies.
+    convert = any(o.domain == "" and o.version != info.opset
+                  for body in functions for o in body.opset_import)
+    try:
+        inlined = onnx.inliner.inline_local_functions(out, convert_version=convert)
+    except RuntimeError as err:  # onnx's version converter needs every intermediate type
+        raise UnsupportedModelError(
+            f"could not expand {sorted(ops)} from their ONNX function bodies: "
+            f"{meaningful_line(err)}") from None
     del inlined.opset_import[:]
     inlined.opset_import.extend(op for op in out.opset_import if op.domain != DOMAIN)
     return inlined

@@ -11,7 +11,8 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
-from aotc.errors import AotcError, CompileError, ModelLoadError, meaningful_line
+from aotc.errors import (AotcError, CompileError, ModelLoadError, UnsupportedModelError,
+                         meaningful_line)
 from aotc.runtime.exotic_dtypes import carried_dtype
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
@@ -78,6 +79,10 @@ def graph_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
     for value in model.graph.input:
         if value.name in weights:
             continue
+        if not value.type.HasField("tensor_type"):
+            raise UnsupportedModelError(
+                f"input {value.name!r} is a {value.type.WhichOneof('value')} value; compiled "
+                "models take tensors only")
         tensor = value.type.tensor_type
         dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0
                      else (d.dim_param or "?") for d in tensor.shape.dim)
