@@ -23,12 +23,14 @@ from aotc.errors import UnsupportedModelError
 
 from .onnx_graph import GraphInfo, node_attrs
 from .onnx_control import if_to_where
+from .onnx_dft import dft
 from .onnx_rnn import expand_recurrent
 from .onnx_scan import unroll_scan
 
 # Ops TVM has no converter for that aotc converts itself (the op check accepts them): here,
 # or in Relax by onnx_importer (CumProd, BitCast).
-OWN_CONVERTERS = ("If", "Scan", "LSTM", "GRU", "RNN", "LpNormalization", "CumProd", "BitCast")
+OWN_CONVERTERS = ("If", "Scan", "LSTM", "GRU", "RNN", "LpNormalization", "DFT", "CumProd",
+                  "BitCast")
 # Rewrites that inline subgraphs: their nodes are folded and rewritten in another round.
 INLINING = ("If", "Scan")
 
@@ -432,6 +434,7 @@ def lp_normalization(node, info):
 
 
 REWRITES: dict[str, Rewrite] = {
+    "DFT": dft,
     "LpNormalization": lp_normalization,
     "Elu": half_via_float32,
     "Resize": resize_mapping_check,
