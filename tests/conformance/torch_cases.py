@@ -131,7 +131,17 @@ def _compile_and_compare(module, tensors, expected) -> tuple[str, str]:
             got = list(aotc.load(out)(*[t.numpy() for t in tensors]).values())
         except Exception as err:  # pylint: disable=broad-except
             return "run", f"{type(err).__name__}: {meaningful_line(err)}"
-    return _compare(got, [e.detach().numpy() for e in expected])
+    return _compare(got, [_to_numpy(e) for e in expected])
+
+
+def _to_numpy(tensor):
+    """numpy for a torch tensor; bfloat16 (which torch cannot hand to numpy) as ml_dtypes'."""
+    import torch
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes  # pylint: disable=import-outside-toplevel
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
 
 
 def _compare(got, expected) -> tuple[str, str]:
