@@ -2,8 +2,9 @@
 
 Phases (names are what --dump-ir writes):
   simplify  run-time slices lowered early (a FoldConstant bug), inference-only decomposition
-            (BatchNorm -> scale/shift), constant folding, and our clean-up of importer output
-            that would block layout conversion
+            (BatchNorm -> scale/shift), constant folding, per-channel scale/shift folded into
+            conv/matmul weights, and our clean-up of importer output that would block layout
+            conversion
   layout    conv2d to NHWC data / HWIO weights: the channel axis becomes innermost in both, which
             is what the CPU schedules vectorize; folding then pre-transposes the weights
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
@@ -26,9 +27,9 @@ from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
 from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
-from .passes import (ConvertLayoutNHWC, GuardIndices, HalfInFloat32, LegalizeDynamicSlices,
-                     LiftMinMaxCallTIR, MaterializeEmptyConstants, RemoveIdentityBroadcast,
-                     RemoveInferenceDropout, SumOfStackToAdd)
+from .passes import (ConvertLayoutNHWC, FoldChannelAffine, GuardIndices, HalfInFloat32,
+                     LegalizeDynamicSlices, LiftMinMaxCallTIR, MaterializeEmptyConstants,
+                     RemoveIdentityBroadcast, RemoveInferenceDropout, SumOfStackToAdd)
 
 
 def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
@@ -36,6 +37,7 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
         ("simplify", [LegalizeDynamicSlices(),  # before any FoldConstant: see its docstring
                       relax.transform.DecomposeOpsForInference(),
                       relax.transform.FoldConstant(),
+                      FoldChannelAffine(),
                       LiftMinMaxCallTIR(),
                       SumOfStackToAdd(),
                       RemoveIdentityBroadcast(),

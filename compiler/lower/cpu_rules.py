@@ -252,7 +252,7 @@ def touches_bool(sch, block) -> bool:
     vectorized bool and/or failed in LLVM's verifier)."""
     stmt = sch.get(block)
     regions = list(stmt.reads) + list(stmt.writes)
-    return any(str(region.buffer.dtype) == "bool" for region in regions)
+    return any(str(region.source.dtype) == "bool" for region in regions)
 
 
 def _reads_contiguous(sch, block) -> bool:
