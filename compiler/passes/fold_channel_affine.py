@@ -103,7 +103,7 @@ class _Rules:
         self.fired = 0  # rewrites done so far: FoldChannelAffine stops when a round adds none
 
     def all(self):
-        p, c, b, shifted = self.producer, self.c, self.b, self.shifted
+        p, c, shifted = self.producer, self.c, self.shifted
         return [
             (is_op("relax.multiply")(p, c) | is_op("relax.multiply")(c, p), self._scale(False)),
             (is_op("relax.divide")(p, c), self._scale(True)),
