@@ -326,12 +326,17 @@ def bool_extremum(node, info):
     ("Cannot decide min_value for type bool")."""
     if info.elem_type(node.input[0]) != TensorProto.BOOL:
         return None
-    as_int, reduced = info.fresh("as_uint8"), info.fresh("reduced")
+    return _computed_in(node, info, TensorProto.UINT8, TensorProto.BOOL)
+
+
+def _computed_in(node, info, wide: int, back: int) -> list:
+    """``node`` on its first input cast to ``wide``, its first output cast back to ``back``."""
+    wide_in, wide_out = info.fresh("wide_in"), info.fresh("wide_out")
     inner = onnx.NodeProto()
     inner.CopyFrom(node)
-    inner.input[0], inner.output[0] = as_int, reduced
-    return [helper.make_node("Cast", [node.input[0]], [as_int], to=TensorProto.UINT8), inner,
-            helper.make_node("Cast", [reduced], [node.output[0]], to=TensorProto.BOOL)]
+    inner.input[0], inner.output[0] = wide_in, wide_out
+    return [helper.make_node("Cast", [node.input[0]], [wide_in], to=wide), inner,
+            helper.make_node("Cast", [wide_out], [node.output[0]], to=back)]
 
 
 def resize_mapping_check(node, info):
@@ -398,16 +403,10 @@ def half_via_float32(node, info):
     """The op on float16/bfloat16 computed as Cast(float32) -> op -> Cast back: TVM's
     converter (Elu, also inside Celu's function body) mixes float32 constants into the
     half-precision math and fails ("Binary operators must have the same datatype")."""
-    half = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
     elem = info.elem_type(node.input[0])
-    if elem not in half:
+    if elem not in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
         return None
-    wide_in, wide_out = info.fresh("wide_in"), info.fresh("wide_out")
-    inner = onnx.NodeProto()
-    inner.CopyFrom(node)
-    inner.input[0], inner.output[0] = wide_in, wide_out
-    return [helper.make_node("Cast", [node.input[0]], [wide_in], to=TensorProto.FLOAT), inner,
-            helper.make_node("Cast", [wide_out], [node.output[0]], to=elem)]
+    return _computed_in(node, info, TensorProto.FLOAT, elem)
 
 
 def lp_normalization(node, info):

@@ -28,6 +28,8 @@ from tvm.script import tirx as T
 
 from aotc.errors import CompileError
 
+from .relax_walk import mutate_functions
+
 # kOpaque in TVM's OpPatternKind: FuseOps leaves the kernel alone, so its serial loop and its
 # assert never end up inside a parallel, vectorized consumer.
 _OPAQUE = 8
@@ -195,8 +197,4 @@ class GuardIndices:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        guarder = _Guarder(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                guarder.builder_.update_func(gv, guarder.visit_expr(func))
-        return guarder.builder_.get()
+        return mutate_functions(mod, _Guarder(mod))

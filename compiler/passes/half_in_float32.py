@@ -21,6 +21,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .relax_walk import mutate_functions
+
 HALF = ("float16", "bfloat16")
 
 # Ops that sum many terms (matmul, convolutions, pooling, reductions, norms, softmax) or
@@ -85,8 +87,4 @@ class HalfInFloat32:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        upcaster = _Upcaster(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                upcaster.builder_.update_func(gv, upcaster.visit_expr(func))
-        return upcaster.builder_.get()
+        return mutate_functions(mod, _Upcaster(mod))

@@ -19,6 +19,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .relax_walk import any_expr, mutate_functions
+
 OPS = ("relax.dynamic_strided_slice",)
 
 
@@ -37,21 +39,11 @@ class LegalizeDynamicSlices:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not any(isinstance(f, relax.Function) and _uses(f) for _, f in mod.functions_items()):
+        if not any_expr(mod, _is_dynamic_slice):
             return mod
-        legalizer = _Legalizer(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                legalizer.builder_.update_func(gv, legalizer.visit_expr(func))
-        return legalizer.builder_.get()
+        return mutate_functions(mod, _Legalizer(mod))
 
 
-def _uses(func: relax.Function) -> bool:
-    found = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
-                expr.op.name in OPS:
-            found.append(expr)
-    relax.analysis.post_order_visit(func, visit)
-    return bool(found)
+def _is_dynamic_slice(expr) -> bool:
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+        expr.op.name in OPS

@@ -17,6 +17,8 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
+from .relax_walk import any_expr, mutate_functions
+
 
 def _empty_kernel(shape: tuple[int, ...], dtype: str) -> tvm.tirx.PrimFunc:
     dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
@@ -58,21 +60,10 @@ class MaterializeEmptyConstants:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not any(_has_empty_constant(f) for _, f in mod.functions_items()
-                   if isinstance(f, relax.Function)):
+        if not any_expr(mod, _is_empty_constant):
             return mod
-        materializer = _Materializer(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                materializer.builder_.update_func(gv, materializer.visit_expr(func))
-        return materializer.builder_.get()
+        return mutate_functions(mod, _Materializer(mod))
 
 
-def _has_empty_constant(func: relax.Function) -> bool:
-    found = []
-
-    def visit(expr):
-        if isinstance(expr, tvm.ir.GenericConst) and 0 in tuple(expr.value.shape):
-            found.append(expr)
-    relax.analysis.post_order_visit(func, visit)
-    return bool(found)
+def _is_empty_constant(expr) -> bool:
+    return isinstance(expr, tvm.ir.GenericConst) and 0 in tuple(expr.value.shape)
