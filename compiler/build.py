@@ -64,6 +64,8 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
 def _phase(name: str, work):
     try:
         return work()
+    except CompileError:  # already names its phase (compiler/pipeline.py)
+        raise
     except Exception as err:  # TVM errors carry long C++ traces; keep the last line
         last = meaningful_line(err) or type(err).__name__
         raise CompileError(f"compile phase {name!r} failed: {last}") from err

@@ -23,6 +23,7 @@ from typing import Callable
 import tvm
 from tvm import relax
 
+from aotc.errors import AotcError, CompileError, meaningful_line
 from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
@@ -62,7 +63,8 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
 def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
                dump_dir: Path | None = None,
                on_phase: Callable[[str], None] | None = None) -> tvm.IRModule:
-    """Run every phase; optionally write the IR after each to ``dump_dir/NN_phase.py``."""
+    """Run every phase; optionally write the IR after each to ``dump_dir/NN_phase.py``. A
+    failure is a CompileError naming the phase (simplify, layout, lower, schedule)."""
     if dump_dir:
         dump_dir.mkdir(parents=True, exist_ok=True)
         (dump_dir / "00_imported.py").write_text(mod.script(show_meta=False))
@@ -70,7 +72,13 @@ def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
         for index, (name, passes) in enumerate(phases(spec), start=1):
             if on_phase:
                 on_phase(name)
-            mod = tvm.transform.Sequential(passes, name=f"aotc.{name}")(mod)
+            try:
+                mod = tvm.transform.Sequential(passes, name=f"aotc.{name}")(mod)
+            except AotcError:
+                raise
+            except Exception as err:  # TVM errors carry long C++ traces; keep the meaning
+                raise CompileError(f"compile phase {name!r} failed: "
+                                   f"{meaningful_line(err) or type(err).__name__}") from err
             if dump_dir:
                 (dump_dir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))
     return mod

@@ -78,3 +78,26 @@ def test_codegen_errors_name_the_problem_and_the_call():
                        "lowering pass.\nOffending call:\nR.where(alloc26, alloc19, c)")
     line = meaningful_line(err)
     assert line.startswith("CodeGenVM cannot emit") and "R.where(alloc26" in line
+
+
+def test_a_failing_pass_names_its_phase(monkeypatch, tmp_path):
+    """Every compile failure used to say "compile phase 'optimize' failed"."""
+    import tvm
+
+    from aotc.compiler import pipeline
+    from aotc.errors import CompileError
+    from onnx_builders import tiny_cnn
+
+    @tvm.transform.module_pass(opt_level=0, name="Exploding")
+    class Exploding:
+        def transform_module(self, mod, _ctx):
+            raise ValueError("boom in layout")
+
+    original = pipeline.phases
+
+    def phases(spec):
+        return [(name, passes + [Exploding()] if name == "layout" else passes)
+                for name, passes in original(spec)]
+    monkeypatch.setattr(pipeline, "phases", phases)
+    with pytest.raises(CompileError, match="compile phase 'layout' failed: .*boom in layout"):
+        aotc.compile(tiny_cnn(), target="x86", output=tmp_path / "x.so")
