@@ -13,13 +13,12 @@ import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
-from aotc.errors import CompileError, meaningful_line
 from aotc.runtime import artifact
 from aotc.targets import TargetSpec
 
 from .frontends import ImportedModel
 from .lower import unscheduled_functions
-from .pipeline import run_phases
+from .pipeline import in_phase, run_phases
 
 Progress = Callable[[str], None]
 
@@ -42,10 +41,10 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     say = progress or (lambda _msg: None)
     target = tvm.target.Target(spec.tvm_target)
     start = time.perf_counter()
-    mod = _phase("optimize", lambda: run_phases(model.mod, spec, target, dump_ir,
+    mod = in_phase("optimize", lambda: run_phases(model.mod, spec, target, dump_ir,
                                                lambda p: say(f"phase {p}")))
     say("phase codegen (LLVM)")
-    executable = _phase("codegen", lambda: relax.build(
+    executable = in_phase("codegen", lambda: relax.build(
         mod, target, relax_pipeline=_finalize_pipeline(target)))
     metadata = {
         "signature": model.signature.to_json(),
@@ -56,19 +55,9 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         "built_unix_time": int(time.time()),
     }
     say("phase export")
-    _phase("export", lambda: _export(executable, Path(output), metadata))
+    in_phase("export", lambda: _export(executable, Path(output), metadata))
     metadata["compile_seconds"] = round(time.perf_counter() - start, 2)
     return metadata
-
-
-def _phase(name: str, work):
-    try:
-        return work()
-    except CompileError:  # already names its phase (compiler/pipeline.py)
-        raise
-    except Exception as err:  # TVM errors carry long C++ traces; keep the last line
-        last = meaningful_line(err) or type(err).__name__
-        raise CompileError(f"compile phase {name!r} failed: {last}") from err
 
 
 def _export(executable, output: Path, metadata: dict) -> None:

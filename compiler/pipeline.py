@@ -23,7 +23,7 @@ from typing import Callable
 import tvm
 from tvm import relax
 
-from aotc.errors import AotcError, CompileError, meaningful_line
+from aotc.errors import CompileError, meaningful_line
 from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
@@ -72,13 +72,21 @@ def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
         for index, (name, passes) in enumerate(phases(spec), start=1):
             if on_phase:
                 on_phase(name)
-            try:
-                mod = tvm.transform.Sequential(passes, name=f"aotc.{name}")(mod)
-            except AotcError:
-                raise
-            except Exception as err:  # TVM errors carry long C++ traces; keep the meaning
-                raise CompileError(f"compile phase {name!r} failed: "
-                                   f"{meaningful_line(err) or type(err).__name__}") from err
+            sequence = tvm.transform.Sequential(passes, name=f"aotc.{name}")
+            mod = in_phase(name, lambda: sequence(mod))  # pylint: disable=cell-var-from-loop
             if dump_dir:
                 (dump_dir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))
     return mod
+
+
+def in_phase(name: str, work: Callable[[], object]):
+    """``work()``; a failure becomes a CompileError that names the phase. TVM errors carry
+    long C++ traces: the meaningful line is kept. A CompileError from an inner phase passes
+    through as it is."""
+    try:
+        return work()
+    except CompileError:
+        raise
+    except Exception as err:  # pylint: disable=broad-except
+        raise CompileError(f"compile phase {name!r} failed: "
+                           f"{meaningful_line(err) or type(err).__name__}") from err

@@ -20,7 +20,7 @@ from .imported import ImportedModel, output_specs
 from .onnx_fold import fold_constants
 from .onnx_graph import GraphInfo, with_fixed_inputs
 from .onnx_functions import expand_functions
-from .onnx_lowbit import CARRIED, carry_narrow_types
+from .onnx_lowbit import CARRIED, carry_narrow_types, needs_carrying
 from .onnx_ops import check_ops, model_opset, ops_to_expand
 from .onnx_rewrites import INLINING, apply_rewrites
 from .shapes import apply_overrides
@@ -99,27 +99,29 @@ def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
     user's graph). Shape inference runs again after folding: folded shapes
     let it see through Reshape and Expand."""
     opset = model_opset(model)
+
+    def info(current: onnx.ModelProto) -> GraphInfo:  # one shape inference per call
+        return GraphInfo(with_fixed_inputs(current, shapes), opset)
     # Bodies may call further function ops (SoftmaxCrossEntropyLoss calls
     # NegativeLogLikelihoodLoss): expand until none is left or nothing changes.
     for _round in range(MAX_EXPANSION_DEPTH):
         expand = ops_to_expand(model)
         if not expand:
             break
-        expanded = expand_functions(model, GraphInfo(with_fixed_inputs(model, shapes), opset),
-                                    expand)
+        expanded = expand_functions(model, info(model), expand)
         if expanded is model:
             break
         model = expanded
-    model, _folded = fold_constants(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
-    model = carry_narrow_types(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
+    model, _folded = fold_constants(model, info(model))
+    if needs_carrying(model):
+        model = carry_narrow_types(model, info(model))
     # Inlined If branches and unrolled Scan bodies get their shape arithmetic folded and their
     # own nodes rewritten in the next round (nested control flow is refused, so two suffice).
     for _round in range(2):
-        model, rewritten = apply_rewrites(model, GraphInfo(with_fixed_inputs(model, shapes),
-                                                           opset))
+        model, rewritten = apply_rewrites(model, info(model))
         if not any(op in rewritten for op in INLINING):
             break
-        model, _folded = fold_constants(model, GraphInfo(with_fixed_inputs(model, shapes), opset))
+        model, _folded = fold_constants(model, info(model))
     return model
 
 

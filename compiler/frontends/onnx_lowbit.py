@@ -262,9 +262,8 @@ NARROW_REWRITES = {"Cast": cast, "CastLike": cast, "QuantizeLinear": quantize,
 
 
 def carry_narrow_types(model: onnx.ModelProto, info: GraphInfo) -> onnx.ModelProto:
-    """A copy of ``model`` in which no tensor has a narrow type (see the module docstring)."""
-    if not _needs_carrying(model, info):
-        return model
+    """A copy of ``model`` in which no tensor has a narrow type (see the module docstring).
+    Callers check ``needs_carrying`` first: ``info`` costs a shape inference."""
     nodes = []
     for node in model.graph.node:
         rewrite = NARROW_REWRITES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
@@ -283,10 +282,13 @@ def carry_narrow_types(model: onnx.ModelProto, info: GraphInfo) -> onnx.ModelPro
     return out
 
 
-def _needs_carrying(model: onnx.ModelProto, info: GraphInfo) -> bool:
-    names = {name for node in model.graph.node for name in [*node.input, *node.output] if name}
-    names |= {v.name for v in model.graph.input} | {v.name for v in model.graph.output}
-    return (any(info.elem_type(name) in CARRIED for name in names)
+def needs_carrying(model: onnx.ModelProto) -> bool:
+    """Whether any tensor of the model has a narrow type, or a Q/DQ node is blocked. Read from
+    the model alone: a narrow tensor is declared (inputs, outputs, initializers, Constant
+    values) or made by a node whose attribute names the type (Cast ``to``, QuantizeLinear
+    ``output_dtype``), so no shape inference is needed to tell."""
+    values = list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info)
+    return (any(v.type.tensor_type.elem_type in CARRIED for v in values)
             or any(t.data_type in CARRIED for t in model.graph.initializer)
             or any(_node_mentions_narrow(n) for n in model.graph.node)
             or any(n.op_type in NARROW_REWRITES and node_attrs(n).get("block_size", 0)

@@ -23,7 +23,7 @@ from tvm.relax import op as R
 
 from aotc.errors import UnsupportedModelError
 
-from .relax_shapes import fresh_shape, i64, static_shape
+from .relax_shapes import checked_axes, fresh_shape, i64, static_shape
 
 # ONNX op -> (value transform before, core reduction, transform after)
 _SQUARE = "square"
@@ -86,7 +86,7 @@ def _mask(bb, axes, rank: int, count: int) -> relax.Expr:
     """bool[rank]: True on reduced dims. No axes (count 0) reduces every dim."""
     if count == 0:
         return relax.const(np.ones(rank, bool), "bool")
-    dims = bb.emit(R.take(i64(np.arange(rank)), R.astype(axes, "int64"), axis=0))
+    dims = checked_axes(bb, axes, rank)
     hits = R.equal(R.reshape(dims, [count, 1]), i64(np.arange(rank)[None, :]))
     return R.greater(R.sum(R.astype(hits, "int64"), axis=[0]), i64(0))
 

@@ -1,6 +1,8 @@
-"""CumSum, Split, TopK and Reshape whose axis / split sizes / k / shape arrive as run-time
-tensors. TVM 0.27's converters refuse them ("CumSum with non-constant axis", "Dynamic Split",
-"TopK k must be a constant", "Reshape requires the input new shape to be Shape").
+"""CumSum, Split, TopK, Reshape, Resize, OneHot and Pad whose axis / split sizes / k / shape /
+sizes or scales / depth / pads arrive as run-time tensors, and CumProd. TVM 0.27's converters
+refuse them ("CumSum with non-constant axis", "Dynamic Split", "TopK k must be a constant",
+"Reshape requires the input new shape to be Shape", "Dynamic pads are not supported yet"...)
+or have none (CumProd).
 
 How: where the output shape does not depend on the value (CumSum), TVM's own converter runs
 once per possible constant and the run-time value selects the result. Where it does, the
@@ -18,17 +20,11 @@ from tvm import relax
 from tvm.relax import op as R
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
-from .relax_shapes import checked_dims, fresh_shape, i64, static_shape
+from .relax_shapes import checked_axes, checked_dims, fresh_shape, i64, static_shape
 
 
 def _runtime(expr) -> bool:
     return expr is not None and not isinstance(expr, (tvm.ir.GenericConst, relax.ShapeExpr))
-
-
-def _checked_axis(bb, axis_tensor, rank: int) -> relax.Expr:
-    """int64[1]: the axis, negative ones normalized, out-of-range ones stopped by GuardIndices."""
-    flat = R.reshape(R.astype(axis_tensor, "int64"), [1])
-    return bb.emit(R.take(i64(np.arange(rank)), flat, axis=0))
 
 
 def _per_axis(bb, data, axis, along) -> relax.Expr | None:
@@ -40,7 +36,7 @@ def _per_axis(bb, data, axis, along) -> relax.Expr | None:
     rank = len(shape)
     if not _runtime(axis):
         return along(int(axis.value.numpy().reshape(-1)[0]) % rank)
-    chosen = _checked_axis(bb, axis, rank)
+    chosen = checked_axes(bb, axis, rank)
     result = None
     for d in range(rank):
         along_d = bb.normalize(along(d))
@@ -92,9 +88,9 @@ def split(bb, inputs, attrs, opset, params):
         return None
     axis = attrs.get("axis", 0) % len(shape)
     sizes = checked_dims(bb, bb.emit(R.astype(sizes, "int64")), sizes_shape[0],
-                         R.sum(R.astype(sizes, "int64")), shape[axis],
                          f"Split: the run-time split sizes must be >= 0 and add up to "
-                         f"dimension {axis} ({shape[axis]})")
+                         f"dimension {axis} ({shape[axis]})",
+                         R.sum(R.astype(sizes, "int64")), shape[axis])
     ends = bb.emit(R.cumsum(sizes, axis=0))
     outputs = []
     for k in range(sizes_shape[0]):
@@ -131,18 +127,14 @@ def reshape(bb, inputs, attrs, opset, params):
     if not attrs.get("allowzero", 0):  # 0 copies the input's dim at that position
         copied = i64([shape[i] if i < len(shape) else 0 for i in range(n)])
         wanted = bb.emit(R.where(R.equal(wanted, i64(0)), copied, wanted))
-    known = R.prod(R.where(R.equal(wanted, i64(-1)), i64(np.ones(n)), wanted))
-    inferred = R.floor_divide(i64(int(np.prod(shape))), known)
-    final = bb.emit(R.where(R.equal(wanted, i64(-1)), inferred, wanted))
     total = int(np.prod(shape))
-    final = checked_dims(bb, final, n, R.prod(final), total,
+    known = R.prod(R.where(R.equal(wanted, i64(-1)), i64(np.ones(n)), wanted))
+    inferred = R.floor_divide(i64(total), known)
+    final = bb.emit(R.where(R.equal(wanted, i64(-1)), inferred, wanted))
+    final = checked_dims(bb, final, n,
                          f"Reshape: the run-time shape does not hold the data's {total} "
-                         f"elements (data shape {shape})")
+                         f"elements (data shape {shape})", R.prod(final), total)
     return R.reshape(data, fresh_shape(bb, final, n, "reshaped"))
-
-
-CONVERTERS = {"CumSum": cumsum, "CumProd": cumprod, "Split": split, "TopK": top_k,
-              "Reshape": reshape}
 
 
 def resize(bb, inputs, attrs, opset, params):
@@ -168,21 +160,20 @@ def resize(bb, inputs, attrs, opset, params):
         return None
     if _runtime(sizes):
         wanted = bb.emit(R.astype(sizes, "int64"))
-        wanted = checked_dims(bb, wanted, rank, R.sum(R.astype(R.less(wanted, i64(0)), "int64")),
-                              0, "Resize: run-time sizes must be >= 0")
+        wanted = checked_dims(bb, wanted, rank, "Resize: run-time sizes must be >= 0")
     else:
         exact = bb.emit(R.multiply(R.astype(i64(shape), "float32"), R.astype(scales, "float32")))
         wanted = bb.emit(R.astype(R.floor(exact), "int64"))
         inexact = R.sum(R.astype(R.not_equal(R.floor(exact), exact), "int64"))
-        wanted = checked_dims(bb, wanted, rank, inexact, 0,
+        wanted = checked_dims(bb, wanted, rank,
                               "Resize: run-time scales must give whole output sizes "
-                              f"(input shape {shape}); fractional ones are not supported")
+                              f"(input shape {shape}); fractional ones are not supported",
+                              inexact)
     if attrs.get("mode", b"nearest") == b"nearest":
         wanted = _whole_ratio(bb, wanted, shape)
     dims = fresh_shape(bb, wanted, rank, "resized")
     args = [template.args[0], relax.ShapeExpr(dims[2:]), *template.args[2:]]
     return relax.Call(template.op, args, template.attrs, template.ty_args)
-
 
 
 def _whole_ratio(bb, wanted, shape: list[int]) -> relax.Expr:
@@ -196,12 +187,10 @@ def _whole_ratio(bb, wanted, shape: list[int]) -> relax.Expr:
     divides = R.logical_or(R.equal(R.floor_mod(out, size), i64(0)),
                            R.equal(R.floor_mod(size, out), i64(0)))
     bad = R.sum(R.astype(R.logical_not(divides), "int64"))
-    return checked_dims(bb, wanted, len(shape), bad, 0,
+    return checked_dims(bb, wanted, len(shape),
                         "Resize (nearest): each run-time output size must be a multiple or a "
-                        f"divisor of the input size {shape}; other ratios are not supported")
-
-
-CONVERTERS["Resize"] = resize
+                        f"divisor of the input size {shape}; other ratios are not supported",
+                        bad)
 
 
 def one_hot(bb, inputs, attrs, opset, params):
@@ -213,8 +202,8 @@ def one_hot(bb, inputs, attrs, opset, params):
     rank = len(shape) + 1
     axis = attrs.get("axis", -1) % rank
     count = bb.emit(R.reshape(R.astype(depth, "int64"), [1]))
-    count = checked_dims(bb, count, 1, R.sum(R.astype(R.less(count, i64(1)), "int64")), 0,
-                         "OneHot: the run-time depth must be >= 1")
+    count = checked_dims(bb, count, 1, "OneHot: the run-time depth must be >= 1",
+                         R.sum(R.astype(R.less(count, i64(1)), "int64")))
     (d,) = fresh_shape(bb, count, 1, "depth")
     positions = R.arange(0, d, 1, "int64")
     along_axis = R.reshape(positions, [d if k == axis else 1 for k in range(rank)])
@@ -224,9 +213,6 @@ def one_hot(bb, inputs, attrs, opset, params):
     off = R.strided_slice(values, axes=[0], begin=[0], end=[1])
     on = R.strided_slice(values, axes=[0], begin=[1], end=[2])
     return R.where(hits, on, off)
-
-
-CONVERTERS["OneHot"] = one_hot
 
 
 def pad(bb, inputs, attrs, opset, params):
@@ -248,7 +234,6 @@ def pad(bb, inputs, attrs, opset, params):
     begin, end = _full_pads(bb, pads, axes, n, rank)
     out_sizes = bb.emit(R.add(R.add(i64(shape), begin), end))
     out_sizes = checked_dims(bb, out_sizes, rank,
-                             R.sum(R.astype(R.less(out_sizes, i64(0)), "int64")), 0,
                              "Pad: run-time pads remove more than the data holds")
     dims = fresh_shape(bb, out_sizes, rank, "padded")
     mode = attrs.get("mode", b"constant").decode()
@@ -294,4 +279,5 @@ def _full_pads(bb, pads, axes: list[int], n: int, rank: int):
     return halves
 
 
-CONVERTERS["Pad"] = pad
+CONVERTERS = {"CumSum": cumsum, "CumProd": cumprod, "Split": split, "TopK": top_k,
+              "Reshape": reshape, "Resize": resize, "OneHot": one_hot, "Pad": pad}

@@ -29,17 +29,26 @@ def fresh_shape(bb: relax.BlockBuilder, dims_tensor: relax.Expr, n: int, hint: s
     return dims
 
 
-def checked_dims(bb: relax.BlockBuilder, dims: relax.Expr, n: int, aggregate: relax.Expr,
-                 expected: int, message: str) -> relax.Expr:
+def checked_axes(bb: relax.BlockBuilder, axes: relax.Expr, rank: int) -> relax.Expr:
+    """int64[n]: run-time axes (any int type, any shape) with negative ones normalized; one out
+    of range stops the run, as ``take`` on ``arange(rank)`` goes through GuardIndices."""
+    count = int(np.prod(static_shape(axes) or [1]))
+    flat = R.reshape(bb.emit(R.astype(axes, "int64")), [count])
+    return bb.emit(R.take(i64(np.arange(rank)), flat, axis=0))
+
+
+def checked_dims(bb: relax.BlockBuilder, dims: relax.Expr, n: int, message: str,
+                 aggregate: relax.Expr | None = None, expected: int = 0) -> relax.Expr:
     """``dims`` (int64[n]) passed through a kernel that stops the run with ``ValueError:
     message`` unless every dim is >= 0 and ``aggregate`` (an int64 scalar computed from them,
-    e.g. their product) equals ``expected``. The shape a run-time Reshape or Split produces is
-    only safe to use after this: TVM trusts it and would read past the data."""
+    e.g. their product; none: only the sign is checked) equals ``expected``. The shape a
+    run-time Reshape or Split produces is only safe to use after this: TVM trusts it and
+    would read past the data."""
     kernel = tvm.script.from_source(_CHECK_SOURCE.format(n=n, expected=expected,
                                                          message=repr(message)),
                                     extra_vars={"T": T})
     gv = bb.add_func(kernel, "aotc_check_dims")
-    total = bb.emit(R.reshape(aggregate, [1]))
+    total = i64([expected]) if aggregate is None else bb.emit(R.reshape(aggregate, [1]))
     return bb.emit(relax.call_tir(gv, [dims, total], relax.TensorType((n,), "int64")))
 
 

@@ -64,7 +64,9 @@ def _layout(call: relax.Call):
     return None
 
 
-def _scaled(producer: relax.Call, const, divide: bool) -> relax.Expr | None:
+def _weight_scale(producer: relax.Call, const) -> np.ndarray | None:
+    """``const`` as a float64 factor shaped to multiply the producer's weight per output
+    channel, or None when it cannot be folded (not per-channel, other dtype, integer op)."""
     layout = _layout(producer)
     out_rank = producer.ty.ndim
     dtype = str(producer.ty.dtype)
@@ -75,10 +77,16 @@ def _scaled(producer: relax.Call, const, divide: bool) -> relax.Expr | None:
     scale = _per_channel(const, out_rank, channel_axis, channels)
     if scale is None:
         return None
-    weight = _value(producer.args[1])
-    shape = [1] * weight.ndim
+    shape = [1] * _value(producer.args[1]).ndim
     shape[weight_axis] = channels
-    scale = scale.reshape(shape).astype(np.float64)
+    return scale.reshape(shape).astype(np.float64)
+
+
+def _scaled(producer: relax.Call, const, divide: bool) -> relax.Expr | None:
+    scale = _weight_scale(producer, const)
+    if scale is None:
+        return None
+    weight = _value(producer.args[1])
     folded = (weight / scale) if divide else (weight * scale)
     new_weight = relax.const(folded.astype(weight.dtype), str(weight.dtype))
     return relax.Call(producer.op, [producer.args[0], new_weight], producer.attrs,
@@ -125,7 +133,7 @@ class _Rules:
     def _distribute(self, op, numpy_op):
         def rewrite(orig, matches):
             producer, shift, c = matches[self.producer], matches[self.b], matches[self.c]
-            if _scaled(producer, c, op is relax.op.divide) is None:
+            if _weight_scale(producer, c) is None:  # the scale rule will fold it next
                 return orig
             self.fired += 1
             return relax.op.add(op(producer, c), _const_like(numpy_op(_value(shift), _value(c)),
@@ -154,9 +162,10 @@ class FoldChannelAffine:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         rules = _Rules()
+        patterns = rules.all()
         for _round in range(MAX_ROUNDS):
             fired = rules.fired
-            for pattern, rewriter in rules.all():
+            for pattern, rewriter in patterns:
                 mod = rewrite_module(mod, pattern, rewriter)
             if rules.fired == fired:
                 break

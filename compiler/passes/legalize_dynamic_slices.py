@@ -19,7 +19,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .relax_walk import any_expr, mutate_functions
+from .relax_walk import mutate_if_any
 
 OPS = ("relax.dynamic_strided_slice",)
 
@@ -39,9 +39,7 @@ class LegalizeDynamicSlices:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not any_expr(mod, _is_dynamic_slice):
-            return mod
-        return mutate_functions(mod, _Legalizer(mod))
+        return mutate_if_any(mod, _is_dynamic_slice, _Legalizer)
 
 
 def _is_dynamic_slice(expr) -> bool:

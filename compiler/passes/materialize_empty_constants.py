@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
-from .relax_walk import any_expr, mutate_functions
+from .relax_walk import mutate_if_any
 
 
 def _empty_kernel(shape: tuple[int, ...], dtype: str) -> tvm.tirx.PrimFunc:
@@ -60,9 +60,7 @@ class MaterializeEmptyConstants:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not any_expr(mod, _is_empty_constant):
-            return mod
-        return mutate_functions(mod, _Materializer(mod))
+        return mutate_if_any(mod, _is_empty_constant, _Materializer)
 
 
 def _is_empty_constant(expr) -> bool:

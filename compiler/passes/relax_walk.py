@@ -30,3 +30,12 @@ def any_expr(mod: tvm.IRModule, predicate: Callable[[relax.Expr], bool]) -> bool
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     return bool(found)
+
+
+def mutate_if_any(mod: tvm.IRModule, predicate: Callable[[relax.Expr], bool],
+                  make_mutator: Callable[[tvm.IRModule], relax.PyExprMutator]) -> tvm.IRModule:
+    """``mutate_functions`` with ``make_mutator(mod)``, only when some expression satisfies
+    ``predicate`` (else the module as it is: no re-normalization, no copy)."""
+    if not any_expr(mod, predicate):
+        return mod
+    return mutate_functions(mod, make_mutator(mod))
