@@ -125,6 +125,24 @@ def bench_cmd(artifact, compare_onnx, runs, warmup, json_out):
         Path(json_out).write_text(report.to_json())
 
 
+@main.command("profile")
+@click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
+@click.option("--runs", default=10, show_default=True, type=click.IntRange(1),
+              help="Timed repeats per kernel (the median is kept).")
+@click.option("--top", default=25, show_default=True, type=click.IntRange(0),
+              help="Rows to print, slowest first (0: all).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write results as JSON.")
+@_guard
+def profile_cmd(artifact, runs, top, json_out):
+    """Time every kernel of a compiled model: calls, ms, share, GFLOP/s."""
+    from aotc.runtime import load
+    from aotc.runtime.profile import profile
+    report = profile(load(artifact), repeats=runs)
+    click.echo(report.table(top or None))
+    if json_out:
+        Path(json_out).write_text(report.to_json())
+
+
 @main.command("inspect")
 @click.argument("model", type=click.Path(dir_okay=False))
 @_guard

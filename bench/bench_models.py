@@ -1,94 +1,147 @@
-"""aotc (untuned) vs onnxruntime vs torch, batch 1, same inputs, same run.
+"""aotc (untuned) vs onnxruntime vs torch, batch 1, same inputs, each engine in its own process.
 
-    python bench/bench_models.py [--threads N] [--runs 30] [--out bench/results/latest.json]
+    python bench/bench_models.py [--models resnet18,vit,...] [--rounds 3] [--runs 30]
+        [--out bench/results/latest.json]
 
-Without --threads every engine runs with its own defaults, as users get them (aotc: every
-allowed core). Engines share one process here; issue 6 asks for one process per engine.
+Timings on these VMs swing 2-3x between runs, and two engines timed in one process disturb each
+other (onnxruntime's threads spin after each run). So every engine runs in a fresh process, the
+engines alternate for --rounds rounds (order reversed every other round), and the reported
+ratio is the median of the per-round ratios. Every engine runs with its defaults, as users get
+them (aotc: every allowed core; no thread count is set here).
 
-Prints a table of medians and ratios and writes JSON. Models: the three examples and the onnx
-package's light ResNet-50 (no torch definition of that one, so no torch column)."""
+Models: the examples, the architecture classes of examples/architectures.py (vit,
+efficientnet, convnext, gpt, unet) and any model of onnx's light zoo (light_resnet50, ...;
+no torch column for those). Prints a table, writes JSON and a bar plot next to it."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+DEFAULT_MODELS = "resnet18,mobilenetv2,bert,vit,efficientnet,convnext,gpt,unet,light_resnet50"
+
+# One timer per engine; each prints its median latency in ms as its last line.
+TIMERS = {
+    "aotc": """
+import aotc
+from aotc.runtime.inputs import random_inputs
+model = aotc.load(ARTIFACT); feed = random_inputs(model.signature, seed=0)
+run = lambda: model.run(feed)
+""",
+    "onnxruntime": """
+import aotc, onnxruntime as ort
+from aotc.runtime.inputs import random_inputs
+feed = random_inputs(aotc.load(ARTIFACT).signature, seed=0)
+session = ort.InferenceSession(ONNX, providers=["CPUExecutionProvider"])
+run = lambda: session.run(None, feed)
+""",
+    "torch": """
+import aotc, torch
+from aotc.examples import models
+from aotc.runtime.inputs import random_inputs
+feed = random_inputs(aotc.load(ARTIFACT).signature, seed=0)
+module, _ = models.build(NAME); tensors = [torch.from_numpy(v) for v in feed.values()]
+def run():
+    with torch.no_grad():
+        module(*tensors)
+""",
+}
+MEASURE = """
+import time, numpy as np
+for _ in range(WARMUP): run()
+times = []
+for _ in range(RUNS):
+    start = time.perf_counter(); run(); times.append(time.perf_counter() - start)
+print(float(np.median(times)) * 1e3)
+"""
+
+
+def source_model(name: str, work: Path) -> Path:
+    """The ONNX file of an example/architecture (exported once) or of onnx's light zoo."""
+    if name.startswith("light_"):
+        import onnx
+        return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{name}.onnx"
+    from aotc.examples.export_onnx import export
+    return export(name, work)
+
+
+def time_engine(engine: str, name: str, onnx_path: Path, artifact: Path, runs: int) -> float:
+    """Median latency (ms) of one engine, measured in a fresh process."""
+    script = (TIMERS[engine] + MEASURE).replace("ARTIFACT", repr(str(artifact))).replace(
+        "ONNX", repr(str(onnx_path))).replace("NAME", repr(name)).replace(
+        "WARMUP", "5").replace("RUNS", str(runs))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{engine} on {name} failed: {out.stderr.strip()[-800:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def bench_model(name: str, work: Path, rounds: int, runs: int) -> dict:
+    import aotc
+    from aotc.examples import models
+    onnx_path = source_model(name, work)
+    artifact = work / f"{name}.so"
+    meta = aotc.compile(onnx_path, output=artifact)
+    engines = ["aotc", "onnxruntime"] + (["torch"] if name in models.MODELS else [])
+    per_round = []
+    for k in range(rounds):
+        order = engines if k % 2 == 0 else engines[::-1]
+        per_round.append({e: time_engine(e, name, onnx_path, artifact, runs) for e in order})
+    row = {"model": name, "compile_s": meta["compile_seconds"], "rounds": per_round}
+    for engine in engines:
+        row[f"{engine}_ms"] = statistics.median(r[engine] for r in per_round)
+        if engine != "aotc":
+            row[f"aotc_vs_{engine}"] = statistics.median(r["aotc"] / r[engine] for r in per_round)
+    return row
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--threads", type=int, default=None)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=DEFAULT_MODELS)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--models", default="resnet18,mobilenetv2,bert,light_resnet50")
     parser.add_argument("--out", default="bench/results/latest.json")
     args = parser.parse_args()
-    if args.threads:
-        os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before the TVM runtime starts
-
-    import numpy as np
-    import onnx
-    import torch
-
-    import aotc
-    from aotc.bench import onnxruntime_session, time_callable
-    from aotc.examples import models
-    from aotc.examples.export_onnx import export
-    from aotc.runtime.inputs import random_inputs
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from aotc.runtime._tvm_runtime import num_threads
     work = Path(tempfile.mkdtemp(prefix="aotc-bench-"))
-    light = Path(onnx.__file__).parent / "backend/test/data/light/light_resnet50.onnx"
     rows = []
     for name in args.models.split(","):
-        onnx_path = light if name == "light_resnet50" else export(name, work)
-        meta = aotc.compile(onnx_path, output=work / f"{name}.so")
-        model = aotc.load(work / f"{name}.so")
-        feed = random_inputs(model.signature, seed=0)
-        median = lambda fn: float(np.median(time_callable(fn, args.runs, 3))) * 1e3  # noqa: E731
-        row = {"model": name, "compile_s": meta["compile_seconds"],
-               "aotc_ms": median(lambda: model.run(feed))}
-        session = onnxruntime_session(str(onnx_path), args.threads)
-        row["onnxruntime_ms"] = median(lambda: session.run(None, feed))
-        if name in models.MODELS:
-            module, _ = models.build(name)
-            tensors = [torch.from_numpy(v) for v in feed.values()]
-            with torch.no_grad():
-                row["torch_ms"] = median(lambda: module(*tensors))
-        row["aotc_vs_onnxruntime"] = row["aotc_ms"] / row["onnxruntime_ms"]
-        if "torch_ms" in row:
-            row["aotc_vs_torch"] = row["aotc_ms"] / row["torch_ms"]
-        rows.append(row)
-        print(_format(row), flush=True)
+        rows.append(bench_model(name, work, args.rounds, args.runs))
+        print(_format(rows[-1]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"threads": args.threads, "runs": args.runs, "rows": rows}, indent=2))
+    out.write_text(json.dumps({"aotc_threads": num_threads(), "rounds": args.rounds,
+                               "runs": args.runs, "rows": rows}, indent=2))
     print(f"wrote {out}")
-    plot = _plot(rows, out.with_suffix(".png"), args.threads)
+    plot = _plot(rows, out.with_suffix(".png"))
     print(f"wrote {plot}" if plot else "matplotlib not installed: no plot (pip install '.[bench]')")
 
 
-def _plot(rows: list[dict], path: Path, threads: int) -> Path | None:
-    """Grouped bars of median latency per model and engine; None without matplotlib."""
+def _plot(rows: list[dict], path: Path) -> Path | None:
+    """Bars of aotc's latency relative to onnxruntime (and torch) per model; None without
+    matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    engines = [("aotc_ms", "aotc (untuned)"), ("onnxruntime_ms", "onnxruntime"), ("torch_ms", "torch")]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.27
-    for i, (key, label) in enumerate(engines):
-        xs = [j + (i - 1) * width for j, row in enumerate(rows) if key in row]
-        ys = [row[key] for row in rows if key in row]
-        ax.bar(xs, ys, width, label=label)
-    ax.set_xticks(range(len(rows)), [row["model"] for row in rows])
-    ax.set_ylabel("median latency, ms (lower is better)")
-    ax.set_yscale("log")
-    ax.set_title(f"batch 1, {threads or 'default'} threads")
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.4
+    for i, (key, label) in enumerate([("aotc_vs_onnxruntime", "aotc / onnxruntime"),
+                                      ("aotc_vs_torch", "aotc / torch")]):
+        xs = [j + (i - 0.5) * width for j, row in enumerate(rows) if key in row]
+        ax.bar(xs, [row[key] for row in rows if key in row], width, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), [row["model"] for row in rows], rotation=20)
+    ax.set_ylabel("latency ratio, median of rounds (lower is better)")
+    ax.set_title("aotc untuned, batch 1, default threads, one process per engine")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -17,6 +17,7 @@ from aotc.runtime import artifact
 from aotc.targets import TargetSpec
 
 from .frontends import ImportedModel
+from .kernel_table import kernel_table
 from .lower import unscheduled_functions
 from .pipeline import in_phase, run_phases
 
@@ -52,6 +53,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         "versions": versions(),
         "source": Path(model.source).name,
         "unscheduled_kernels": unscheduled_functions(mod),
+        "kernels": kernel_table(mod),
         "built_unix_time": int(time.time()),
     }
     say("phase export")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from . import models
 
-INPUT_NAMES = {"resnet18": ["input"], "mobilenetv2": ["input"], "bert": ["input_ids"]}
 
 
 def export(name: str, folder: str | Path) -> Path:
@@ -24,7 +23,7 @@ def export(name: str, folder: str | Path) -> Path:
     model, inputs = models.build(name)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, inputs, str(path), input_names=INPUT_NAMES[name],
+        torch.onnx.export(model, inputs, str(path), input_names=[models.INPUT_NAMES[name]],
                           output_names=["output"], opset_version=17, dynamo=False)
     return path
 

@@ -1,11 +1,14 @@
 """Example models defined here (torchvision is not available): ResNet-18, MobileNetV2 and a
-BERT-style encoder. Weights are random from a fixed seed; BatchNorm running statistics are
+BERT-style encoder (and, in architectures.py, ViT-, EfficientNet-, ConvNeXt-, GPT-style models and
+a UNet). Weights are random from a fixed seed; BatchNorm running statistics are
 randomised too so that folding them is not a no-op."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from .architectures import ARCHITECTURES
 
 SEED = 0
 
@@ -148,10 +151,16 @@ def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         model, inputs = MobileNetV2(), (torch.randn(1, 3, 224, 224),)
     elif name == "bert":
         model, inputs = BertEncoder(), (torch.randint(0, 2048, (1, 128), dtype=torch.int64),)
+    elif name in ARCHITECTURES:
+        constructor, example, _ = ARCHITECTURES[name]
+        model, inputs = constructor(), (example(),)
     else:
         raise ValueError(f"unknown example model {name!r}; known: {', '.join(MODELS)}")
     _randomise_batchnorm(model)
     return model.eval(), inputs
 
 
-MODELS = ("resnet18", "mobilenetv2", "bert")
+EXAMPLES = ("resnet18", "mobilenetv2", "bert")
+MODELS = EXAMPLES + tuple(ARCHITECTURES)
+INPUT_NAMES = {"resnet18": "input", "mobilenetv2": "input", "bert": "input_ids",
+               **{name: entry[2] for name, entry in ARCHITECTURES.items()}}

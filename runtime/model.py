@@ -50,6 +50,19 @@ class Model:
     def target(self) -> dict:
         return self.metadata["target"]
 
+    @property
+    def ffi(self):
+        """The tvm_ffi module the model runs on (to build its tensors)."""
+        return self._ffi
+
+    def kernel(self, name: str):
+        """One kernel of the library as a callable (the profiler times them one by one), or
+        None. Kernels live in the library module the VM executable imports."""
+        try:
+            return self._lib.get_function(name, query_imports=True)
+        except AttributeError:  # tvm_ffi's "Module has no function"
+            return None
+
     def __call__(self, *args: np.ndarray, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         if args:
             if len(args) > len(self.signature.inputs):

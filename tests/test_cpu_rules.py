@@ -94,3 +94,48 @@ def test_a_bug_in_a_rule_fails_the_compile_by_name():
     with tvm.target.Target({"kind": "llvm"}), pytest.raises(RuntimeError,
                                                             match="schedule rule Broken failed"):
         ApplyRulesSafely([Broken()])(mod)
+
+
+def _update_loop_kinds(sch) -> list:
+    """Loop kinds of the contraction's update block (after decompose_reduction)."""
+    blocks = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+              if sch.get(b).name_hint.endswith("_update")]
+    assert len(blocks) == 1
+    return [sch.get(loop).kind for loop in sch.get_loops(blocks[0])]
+
+
+def test_ragged_contraction_is_padded_to_whole_vectors():
+    # 197 tokens (ViT): prime, so no register tile divides it; the scores ran as scalar code.
+    a, b = te.placeholder((3, 197, 64), name="a"), te.placeholder((3, 64, 197), name="b")
+    func = te.create_prim_func([a, b, topi.nn.batch_matmul(a, b, transpose_b=False)])
+    with TARGET:
+        sch = Contraction().apply(func, TARGET, False)
+    assert _update_loop_kinds(sch)[-1] == tvm.tirx.ForKind.VECTORIZED
+    padded = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+              if sch.get(b).name_hint in ("a_pad", "b_pad")]
+    assert len(padded) == 2  # both operands copied into buffers padded to whole tiles
+
+
+@pytest.mark.parametrize("case", ["scores", "dense_bias_gelu"])
+def test_ragged_contractions_match_onnxruntime(case, tmp_path):
+    """The padded result is copied back within bounds, with the epilogue applied there (an
+    inlined copy once wrote the padded tile past the end of the output)."""
+    rng = np.random.default_rng(0)
+    if case == "scores":
+        nodes = [helper.make_node("MatMul", ["x", "k"], ["y"])]
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 197, 64]),
+                  helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 3, 64, 197])]
+        out, inits = [1, 3, 197, 197], []
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+                 helper.make_node("Add", ["h", "b"], ["hb"]),
+                 helper.make_node("Erf", ["hb"], ["y"])]
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [197, 192])]
+        out = [197, 770]
+        inits = [onnx.numpy_helper.from_array(rng.standard_normal((192, 770)).astype(np.float32), "w"),
+                 onnx.numpy_helper.from_array(rng.standard_normal(770).astype(np.float32), "b")]
+    graph = helper.make_graph(nodes, "ragged", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
+    path = tmp_path / f"{case}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-4)

@@ -20,6 +20,16 @@ def test_example_cnn_matches_onnxruntime(name, example_onnx_dir, tmp_path):
     assert model.metadata["unscheduled_kernels"] == []
 
 
+@pytest.mark.parametrize("name", ["vit", "efficientnet", "convnext", "gpt", "unet"])
+def test_architecture_matches_onnxruntime(name, example_onnx_dir, tmp_path):
+    """Architecture classes beyond the examples (examples/architectures.py): patch convs and
+    197-token attention, depthwise 5x5 + squeeze-excite, depthwise 7x7 + channel LayerNorm,
+    causal attention, resize + concat. Transformers: erf/tanh GELU over 4 blocks, rtol 1e-3."""
+    rtol = 1e-3 if name in ("vit", "gpt", "convnext") else 1e-4
+    model, _ = check_against_onnxruntime(export(name, example_onnx_dir), tmp_path, rtol=rtol)
+    assert model.metadata["unscheduled_kernels"] == []
+
+
 @pytest.mark.slow
 def test_example_bert_matches_onnxruntime(example_onnx_dir, tmp_path):
     # 4 layers of 768-wide fp32 matmuls + erf-GELU: errors of ~4e-6 on outputs of |x|~4 seen.

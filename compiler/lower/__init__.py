@@ -12,6 +12,7 @@ import tvm
 from aotc.errors import CompileError, meaningful_line
 from aotc.targets import TargetSpec
 
+from ..kernel_table import with_flops
 from . import cpu_rules
 
 RULE_SETS = {"cpu": cpu_rules.RULES}
@@ -41,9 +42,10 @@ class ApplyRulesSafely:
         updates = {}
         for gv, func in mod.functions_items():
             if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get("tirx.is_scheduled"):
+                func = with_flops(func)
                 scheduled = self._first_rule_that_works(func, target)
-                if scheduled is not None:
-                    updates[gv] = scheduled.with_attr("tirx.is_scheduled", True)
+                updates[gv] = func if scheduled is None else scheduled.with_attr(
+                    "tirx.is_scheduled", True)
         for gv, func in updates.items():
             mod[gv] = func
         return mod

@@ -118,6 +118,35 @@ def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
         sch.parallel(outer)
 
 
+def _pad_ragged_tile(sch: s_tir.Schedule, main, lanes: int) -> bool:
+    """Pad the two tile axes to whole vectors/rows when they have no usable divisor.
+
+    Attention over 197 tokens (ViT) makes a 197x197 score matrix: 197 is prime, so the
+    register tile degenerated to one scalar (2.1 GFLOP/s). Masked tails (a non-dividing split)
+    kept LLVM from vectorizing (3.8 GFLOP/s). pad_einsum copies the operands into buffers
+    padded with zeros and the result back out: the kernel proper runs on whole tiles."""
+    kinds, dom = main.dom_kind(), main.dom()
+    spatial = [i for i, k in enumerate(kinds) if k == "S"]
+    if len(spatial) < 2 or "R" not in kinds:
+        return False
+    padding = [1] * len(kinds)
+    col, row = int(dom[spatial[-1]]), int(dom[spatial[-2]])
+    if col > lanes and _column_block(col, lanes) < 4:
+        padding[spatial[-1]] = lanes
+    if row > _MAX_ROW_BLOCK and _largest_divisor(row, _MAX_ROW_BLOCK) <= 2:
+        padding[spatial[-2]] = 4
+    if padding == [1] * len(kinds):
+        return False
+    sch.pad_einsum(main.block_rv, padding)
+    return True
+
+
+def _parallelize_outer(sch: s_tir.Schedule, block) -> None:
+    """Parallel over the block's fused loops, nothing vectorized."""
+    loops = sch.get_loops(block)
+    sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+
+
 class Contraction(ScheduleRule):
     """Register-blocked, vectorized schedule for conv2d (NHWC/HWIO), matmul and batch matmul."""
 
@@ -135,13 +164,20 @@ class Contraction(ScheduleRule):
         if not _tile_axes_static(main):
             return None  # symbolic tile or reduction extents go to the generic rule
         lanes = vector_lanes(target, sch.get(main.block_rv).writes[0].source.dtype.bits)
+        padded = _pad_ragged_tile(sch, main, lanes)
+        if padded:
+            infos = normalize_prim_func(sch)
+            main = next(i for i in infos if not i.is_injective())
         main_index = infos.index(main)
         for producer in infos[:main_index]:
-            schedule_injective_block(sch, producer.block_rv, lanes)
-        self._schedule_main(sch, main, infos[main_index + 1:], lanes)
+            if padded:  # guarded copies (if_then_else on the padded axis): not vectorized
+                _parallelize_outer(sch, producer.block_rv)
+            else:
+                schedule_injective_block(sch, producer.block_rv, lanes)
+        self._schedule_main(sch, main, infos[main_index + 1:], lanes, padded)
         return sch
 
-    def _schedule_main(self, sch, main, epilogues, lanes: int) -> None:
+    def _schedule_main(self, sch, main, epilogues, lanes: int, padded: bool = False) -> None:
         block = main.block_rv
         kinds = main.dom_kind()
         loops = sch.get_loops(block)
@@ -167,11 +203,20 @@ class Contraction(ScheduleRule):
         # only small *global* CPU allocations on the stack; a "local" one became a
         # TVMBackendAllocWorkspace/FreeWorkspace pair in every parallel tile.
         write_back = sch.cache_write(block, 0, "global")
-        self._inline_epilogues(sch, write_back, epilogues, lanes)
+        # After pad_einsum the first epilogue copies the padded result into the real output.
+        # Inlining that copy into the write-back dropped its bounds (TVM wrote the padded tile
+        # into the unpadded output: out of bounds). Instead the rest of the chain is inlined
+        # into the copy, which is computed under the tile loop, where reverse_compute_at clips
+        # it to the real extent.
+        unpad = epilogues[0].block_rv if padded else None
+        self._inline_epilogues(sch, unpad or write_back, epilogues[1:] if padded else epilogues,
+                               lanes)
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
         wb_loops = sch.get_loops(write_back)[1:]
         if wb_loops:
             sch.vectorize(wb_loops[-1])
+        if unpad is not None:
+            sch.reverse_compute_at(unpad, tile, preserve_unit_loops=True)
         # Vectorize before decomposing: afterwards the update block is no longer a complete
         # reduction block and `vectorize` refuses it.
         if row_in is not None and _extent(sch, row_in) > 1:

@@ -1,0 +1,60 @@
+"""aotc profile: the kernel table recorded at compile time, and per-kernel timing from it."""
+
+import json
+
+import numpy as np
+import onnx
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+import aotc
+from aotc.cli import main
+from aotc.runtime.profile import profile
+
+
+def _two_matmuls(path):
+    """x @ w1 -> relu -> @ w2, and the same w1 product once more: one kernel called twice."""
+    rng = np.random.default_rng(0)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w1", (64, 96)), ("w2", (96, 32)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("MatMul", ["x2", "w1"], ["h2"]),
+             helper.make_node("Add", ["h", "h2"], ["s"]),
+             helper.make_node("MatMul", ["s", "w2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "mm", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [16, 64])
+                      for n in ("x", "x2")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 32])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_kernel_table_counts_calls_and_flops(tmp_path):
+    meta = aotc.compile(_two_matmuls(tmp_path / "mm.onnx"), output=tmp_path / "mm.so")
+    table = {k["name"]: k for k in meta["kernels"]}
+    assert sum(k["calls"] for k in table.values()) >= 3
+    by_flops = sorted(k["flops"] for k in table.values() if k["flops"])
+    # 16x64x96 products twice (one kernel, two calls, or fused with the add) and 16x96x32
+    assert 2 * 16 * 96 * 32 in by_flops
+    for entry in table.values():
+        assert all(arg["shape"] for arg in entry["args"])  # all static here
+
+
+def test_profile_times_every_kernel_and_sums_by_calls(tmp_path):
+    aotc.compile(_two_matmuls(tmp_path / "mm.onnx"), output=tmp_path / "mm.so")
+    report = profile(aotc.load(tmp_path / "mm.so"), repeats=3)
+    assert report.kernels and all(k.ms_per_call and k.ms_per_call > 0 for k in report.kernels)
+    assert report.kernel_total_ms == sum(k.ms_per_call * k.calls for k in report.kernels)
+    assert report.end_to_end_ms > 0
+    assert any(k.gflops for k in report.kernels)
+    text = report.table()
+    assert "GFLOP/s" in text and "end-to-end" in text
+
+
+def test_profile_cli_prints_table_and_writes_json(tiny_so, tmp_path):
+    out = tmp_path / "p.json"
+    result = CliRunner().invoke(main, ["profile", str(tiny_so), "--runs", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "kernel" in result.output and "share" in result.output
+    data = json.loads(out.read_text())
+    assert data["kernels"] and all("total_ms" in k for k in data["kernels"])
