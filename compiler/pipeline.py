@@ -9,7 +9,8 @@ Phases (names are what --dump-ir writes):
             is what the CPU schedules vectorize; folding then pre-transposes the weights
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
             bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
-            PrimFuncs, fused (one fused kernel = one tuning task)
+            PrimFuncs (max/min with infinite identities, exp/erf/tanh/sigmoid as vectorizable
+            polynomials), fused (one fused kernel = one tuning task)
   schedule  a schedule for every PrimFunc (compiler/lower); empty constants made at run time
             (TVM cannot load zero-size constants)
   finalize  TVM's dataflow lowering and memory planning (tvm.compile does the rest)
@@ -28,6 +29,7 @@ from aotc.targets import TargetSpec
 
 from .lower import default_schedule_pass
 from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
+from .lower.vector_math import LEGALIZE_MAP as VECTOR_MATH
 from .passes import (ConvertLayoutNHWC, FoldChannelAffine, GuardIndices, HalfInFloat32,
                      LegalizeDynamicSlices, LiftMinMaxCallTIR, MaterializeEmptyConstants,
                      RemoveIdentityBroadcast, RemoveInferenceDropout, SumOfStackToAdd)
@@ -50,7 +52,7 @@ def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
                    # pipeline does before legalization (without: "CodeGenVM cannot emit").
                    relax.backend.DispatchSampling(),
                    relax.backend.DispatchSortScan(),
-                   relax.transform.LegalizeOps(EXACT_MINMAX),
+                   relax.transform.LegalizeOps({**EXACT_MINMAX, **VECTOR_MATH}),
                    relax.transform.AnnotateTIROpPattern(),
                    relax.transform.FoldConstant(),
                    relax.transform.FuseOps(),

@@ -23,6 +23,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 from tvm.ir import TensorLoad as BufferLoad
 
@@ -231,8 +232,17 @@ class Contraction(ScheduleRule):
 
         Stops at the first block that is not the sole reader of the write-back's output: TVM's
         reverse_compute_inline accepts that case and then leaves the other reader with an
-        undefined buffer (GELU's ``x * erf(x)`` failed to build that way)."""
+        undefined buffer (GELU's ``x * erf(x)`` failed to build that way). So first every
+        intermediate of the chain is inlined into its readers (``x * sigmoid(x)`` becomes one
+        block reading x twice): EfficientNet's conv+SiLU kernels otherwise ran the sigmoid and
+        the multiply as two more passes over the whole output (8-40 GFLOP/s)."""
         remaining = list(epilogues)
+        for block in reversed(epilogues[:-1]):
+            try:
+                sch.compute_inline(block.block_rv)
+            except ScheduleError:  # e.g. a block that is not a plain injective computation
+                continue
+            remaining.remove(block)
         while remaining:
             consumers = sch.get_consumers(write_back)
             if len(consumers) != 1 or not sch.get(consumers[0]).same_as(
@@ -240,7 +250,7 @@ class Contraction(ScheduleRule):
                 break
             try:
                 sch.reverse_compute_inline(remaining[0].block_rv)
-            except Exception:  # pylint: disable=broad-except  # not elementwise: stays at root
+            except ScheduleError:  # not elementwise: stays at root
                 break
             remaining.pop(0)
         for block in remaining:
@@ -259,6 +269,7 @@ class Generic(ScheduleRule):
         sch = s_tir.Schedule(func)
         root = sch.get_sblock("root")
         lanes = vector_lanes(target)
+        inline_injective_chains(sch, root)
         for block in sch.get_child_blocks(root):
             self._schedule_block(sch, block, lanes)
         return sch
@@ -288,6 +299,45 @@ class Generic(ScheduleRule):
                 sch.decompose_reduction(block, reduce[0])
                 return
         schedule_injective_block(sch, block, lanes)
+
+
+def inline_injective_chains(sch: s_tir.Schedule, root) -> None:
+    """Inline every spatial-only intermediate whose one reader is a spatial-only block of the
+    same size. EfficientNet's hardswish, left in NCHW between NHWC convolutions, was fused as seven
+    blocks (two adds, transpose, clip, divide, transpose, multiply): seven passes over memory
+    with two strided transposes (6 GFLOP/s). Inlined, the transposes cancel in the index
+    arithmetic and one vectorized pass remains. Producers smaller than a reader (broadcasts:
+    squeeze-excite's per-channel sigmoid) are kept, as are producers of reductions: inlining
+    would recompute them per output element. Producers with several readers are kept too:
+    inlined, TVM's simplifier rewrote Softplus's Kahan form ``log(u) * t / (u - 1)``, u = 1 + t,
+    into ``log(1 + t)``, losing the precision near zero it exists for."""
+    outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
+    for block in sch.get_child_blocks(root):
+        stmt = sch.get(block)
+        if stmt.name_hint in outputs or not _spatial_only(stmt):
+            continue
+        consumers = sch.get_consumers(block)
+        if len(consumers) == 1 and _spatial_only(sch.get(consumers[0])) and \
+                _written_elements(sch.get(consumers[0])) == _written_elements(stmt):
+            try:
+                sch.compute_inline(block)
+            except ScheduleError:  # e.g. not a plain computation; scheduled on its own
+                continue
+
+
+def _spatial_only(stmt) -> bool:
+    return all(iv.iter_type == tirx.IterVar.DataPar for iv in stmt.iter_vars)
+
+
+def _written_elements(stmt) -> int | None:
+    if len(stmt.writes) != 1:
+        return None
+    total = 1
+    for extent in stmt.writes[0].source.shape:
+        if not isinstance(extent, tirx.IntImm):
+            return None
+        total *= int(extent)
+    return total
 
 
 def touches_bool(sch, block) -> bool:
@@ -325,7 +375,29 @@ class RowReduction(dl.cpu.Reduction):
     def apply(self, func, target: Target, tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or not _leading_spatial_axes_agree(func):
             return None
+        if not _reduces_innermost(func):
+            return None
         return super().apply(func, target, tunable)
+
+
+def _reduces_innermost(func: tirx.PrimFunc) -> bool:
+    """Whether every reduction reads its inputs along their innermost dim. A spatial mean in
+    NHWC reduces H and W while C is innermost: dlight's Reduction then ran one scalar loop per
+    channel, striding over memory (EfficientNet's global pools: 2 GFLOP/s); Generic vectorizes
+    those over the channels instead."""
+    sch = s_tir.Schedule(func)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        stmt = sch.get(block)
+        reduce_vars = {iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce}
+        if not reduce_vars:
+            continue
+        for region in stmt.reads:
+            if region.source.same_as(stmt.writes[0].source) or not region.region:
+                continue
+            used = tirx.analysis.undefined_vars(region.region[-1].min)
+            if not any(u.same_as(v) for u in used for v in reduce_vars):
+                return False
+    return True
 
 
 def _leading_spatial_axes_agree(func: tirx.PrimFunc) -> bool:
