@@ -7,6 +7,7 @@
 """
 
 from .api import compile, load  # pylint: disable=redefined-builtin
+from .options import CompileOptions
 
 __version__ = "0.1.0"
-__all__ = ["compile", "load", "__version__"]
+__all__ = ["CompileOptions", "compile", "load", "__version__"]

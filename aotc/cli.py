@@ -64,19 +64,31 @@ def main(verbose: bool) -> None:
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False))
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D1,D2,...",
               help="Fix an input's shape (repeatable).")
-@click.option("--dump-ir", type=click.Path(file_okay=False), help="Write the IR after each phase.")
+@click.option("--dump-ir", type=click.Path(file_okay=False), help="Write the IR after each pass.")
+@click.option("--opt-level", "-O", default=3, show_default=True, type=click.IntRange(0, 3),
+              help="0: only passes correctness needs (to bisect a wrong answer) ... 3: all.")
+@click.option("--disable-pass", "disabled", multiple=True, metavar="NAME",
+              help="Skip one pass (repeatable; names as --explain prints them).")
+@click.option("--explain", is_flag=True,
+              help="Print, pass by pass, the time and what changed (ops, kernels).")
 @_guard
-def compile_cmd(model, target, output, input_shape, dump_ir):
+def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import parse_input_shape
+    from aotc.options import CompileOptions
 
     shapes = dict(parse_input_shape(s) for s in input_shape)
+    options = CompileOptions(opt_level=opt_level, disabled_passes=disabled, explain=explain,
+                             dump_ir=dump_ir)
     start = time.perf_counter()
-    meta = compile_model(model, target, output, input_shapes=shapes, dump_ir=dump_ir,
+    meta = compile_model(model, target, output, input_shapes=shapes, options=options,
                          progress=_progress(start))
+    if explain:
+        click.echo(meta["explain"]["table"])
     click.echo(f"wrote {output} ({Path(output).stat().st_size / 1e6:.1f} MB, target "
-               f"{meta['target']['name']}, {meta['compile_seconds']} s)")
+               f"{meta['target']['name']}, {meta['compile_seconds']} s, "
+               f"{len(meta['kernels'])} kernels)")
 
 
 @main.command("run")

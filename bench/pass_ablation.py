@@ -44,31 +44,11 @@ def model_path(name: str, work: Path) -> Path:
 
 def build(source: Path, work: Path, pass_name: str, keep: bool) -> tuple[Path, int]:
     """(artifact, kernel count) with or without the pass named ``pass_name``."""
-    import importlib
-
-    import tvm
     import aotc
-    from aotc.compiler import pipeline
-    build_module = importlib.import_module("aotc.compiler.build")  # the package exports build()
-
-    original_phases, original_run = pipeline.phases, build_module.run_phases
-    kernels = []
-
-    def phases(spec):
-        return [(phase, [p for p in passes if keep or p.info.name != pass_name])
-                for phase, passes in original_phases(spec)]
-
-    def run_phases(*args, **kwargs):
-        mod = original_run(*args, **kwargs)
-        kernels.append(sum(isinstance(f, tvm.tirx.PrimFunc) for _, f in mod.functions_items()))
-        return mod
-    pipeline.phases, build_module.run_phases = phases, run_phases
-    try:
-        out = work / f"{source.stem}_{'with' if keep else 'without'}.so"
-        aotc.compile(source, output=out)
-    finally:
-        pipeline.phases, build_module.run_phases = original_phases, original_run
-    return out, kernels[-1]
+    out = work / f"{source.stem}_{'with' if keep else 'without'}.so"
+    options = aotc.CompileOptions(disabled_passes=() if keep else (pass_name,))
+    meta = aotc.compile(source, output=out, options=options)
+    return out, len(meta["kernels"])
 
 
 def time_in_process(artifact: Path, runs: int) -> float:

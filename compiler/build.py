@@ -16,6 +16,9 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 from aotc.runtime import artifact
 from aotc.targets import TargetSpec
 
+from aotc.options import CompileOptions
+
+from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
 from .lower import unscheduled_functions
@@ -37,28 +40,41 @@ def _finalize_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
 
 
 def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
-          dump_ir: Path | None = None, progress: Progress | None = None) -> dict:
-    """Compile ``model`` for ``spec`` into ``output``; returns the embedded metadata."""
+          options: CompileOptions | None = None, progress: Progress | None = None) -> dict:
+    """Compile ``model`` for ``spec`` into ``output``; returns the embedded metadata (plus,
+    with ``options.explain``, an ``explain`` entry that is not embedded)."""
+    options = options or CompileOptions()
     say = progress or (lambda _msg: None)
     target = tvm.target.Target(spec.tvm_target)
     start = time.perf_counter()
-    mod = in_phase("optimize", lambda: run_phases(model.mod, spec, target, dump_ir,
-                                               lambda p: say(f"phase {p}")))
+    explanation = Explanation() if options.explain else None
+    mod = in_phase("optimize", lambda: run_phases(model.mod, spec, target, options,
+                                               lambda p: say(f"phase {p}"), explanation))
     say("phase codegen (LLVM)")
+    codegen_start = time.perf_counter()
     executable = in_phase("codegen", lambda: relax.build(
         mod, target, relax_pipeline=_finalize_pipeline(target)))
+    if explanation is not None:
+        explanation.later_phases["codegen"] = time.perf_counter() - codegen_start
     metadata = {
         "signature": model.signature.to_json(),
         "target": {"name": spec.name, "tvm": spec.tvm_target},
         "versions": versions(),
         "source": Path(model.source).name,
+        "opt_level": options.opt_level,
+        "disabled_passes": list(options.disabled_passes),
         "unscheduled_kernels": unscheduled_functions(mod),
         "kernels": kernel_table(mod),
         "built_unix_time": int(time.time()),
     }
     say("phase export")
+    export_start = time.perf_counter()
     in_phase("export", lambda: _export(executable, Path(output), metadata))
+    if explanation is not None:
+        explanation.later_phases["export"] = time.perf_counter() - export_start
     metadata["compile_seconds"] = round(time.perf_counter() - start, 2)
+    if explanation is not None:
+        metadata["explain"] = {"table": explanation.table(), **explanation.to_json()}
     return metadata
 
 

@@ -1,23 +1,28 @@
 """The compile pipeline: a list of passes per phase, run under the target.
 
-Phases (names are what --dump-ir writes):
+Phases (names are what --dump-ir and --explain print):
   simplify  run-time slices lowered early (a FoldConstant bug), inference-only decomposition
             (BatchNorm -> scale/shift), constant folding, per-channel scale/shift folded into
             conv/matmul weights, and our clean-up of importer output that would block layout
-            conversion
+            conversion (importer_fixes)
   layout    conv2d to NHWC data / HWIO weights: the channel axis becomes innermost in both, which
             is what the CPU schedules vectorize; folding then pre-transposes the weights
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
             bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
-            PrimFuncs (max/min with infinite identities, exp/erf/tanh/sigmoid as vectorizable
-            polynomials), fused (one fused kernel = one tuning task)
+            PrimFuncs (max/min with infinite identities; exp/erf/tanh/sigmoid as vectorizable
+            polynomials: VectorMath), fused (one fused kernel = one tuning task)
   schedule  a schedule for every PrimFunc (compiler/lower); empty constants made at run time
             (TVM cannot load zero-size constants)
-  finalize  TVM's dataflow lowering and memory planning (tvm.compile does the rest)
+  finalize  TVM's dataflow lowering and memory planning (compiler/build.py; tvm.compile)
+
+Each pass has a level (CompileOptions.opt_level runs those at or below it) or is required:
+correctness or loading needs it, and it cannot be disabled.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -27,58 +32,166 @@ from tvm import relax
 from aotc.errors import CompileError, meaningful_line
 from aotc.targets import TargetSpec
 
+from .explain import Explanation, PassRecord, kernel_count, op_counts
 from .lower import default_schedule_pass
 from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
 from .lower.vector_math import LEGALIZE_MAP as VECTOR_MATH
+from aotc.options import CompileOptions
 from .passes import (ConvertLayoutNHWC, FoldChannelAffine, GuardIndices, HalfInFloat32,
                      LegalizeDynamicSlices, LiftMinMaxCallTIR, MaterializeEmptyConstants,
                      RemoveIdentityBroadcast, RemoveInferenceDropout, SumOfStackToAdd)
 
+REQUIRED = None  # the level of a pass that always runs
+# Not a pass of its own: the float32 exp/erf/tanh/sigmoid entries of LegalizeOps' map.
+VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
 
-def phases(spec: TargetSpec) -> list[tuple[str, list[tvm.transform.Pass]]]:
-    return [
-        ("simplify", [LegalizeDynamicSlices(),  # before any FoldConstant: see its docstring
-                      relax.transform.DecomposeOpsForInference(),
-                      relax.transform.FoldConstant(),
-                      FoldChannelAffine(),
-                      LiftMinMaxCallTIR(),
-                      SumOfStackToAdd(),
-                      RemoveIdentityBroadcast(),
-                      RemoveInferenceDropout()]),
-        ("layout", [ConvertLayoutNHWC(), relax.transform.FoldConstant()]),
-        ("lower", [GuardIndices(),
-                   HalfInFloat32(),
-                   # sort, top-k, cumsum/cumprod and sampling to TOPI kernels, as TVM's CPU
-                   # pipeline does before legalization (without: "CodeGenVM cannot emit").
-                   relax.backend.DispatchSampling(),
-                   relax.backend.DispatchSortScan(),
-                   relax.transform.LegalizeOps({**EXACT_MINMAX, **VECTOR_MATH}),
-                   relax.transform.AnnotateTIROpPattern(),
-                   relax.transform.FoldConstant(),
-                   relax.transform.FuseOps(),
-                   relax.transform.FuseTIR()]),
-        ("schedule", [default_schedule_pass(spec),
-                      MaterializeEmptyConstants()]),  # after the last FoldConstant
-    ]
+
+@dataclass(frozen=True)
+class Step:
+    pass_: tvm.transform.Pass
+    level: int | None
+    why_required: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.pass_.info.name
+
+
+def importer_fixes() -> list[Step]:
+    """Clean-ups of TVM's ONNX importer output that kept ConvertLayout from converting whole
+    graphs (each module says which model it kept in NCHW)."""
+    return [Step(LiftMinMaxCallTIR(), 2), Step(SumOfStackToAdd(), 2),
+            Step(RemoveIdentityBroadcast(), 2), Step(RemoveInferenceDropout(), 2)]
+
+
+def simplify(_options: CompileOptions) -> list[Step]:
+    return [Step(LegalizeDynamicSlices(), REQUIRED, "FoldConstant fails on dynamic slices"),
+            Step(relax.transform.DecomposeOpsForInference(), REQUIRED,
+                 "BatchNorm has no inference-mode legalization otherwise"),
+            Step(relax.transform.FoldConstant(), 1),
+            Step(FoldChannelAffine(), 3)] + importer_fixes()
+
+
+def layout(_options: CompileOptions) -> list[Step]:
+    return [Step(ConvertLayoutNHWC(), 2), Step(relax.transform.FoldConstant(), 1)]
+
+
+def lower(options: CompileOptions) -> list[Step]:
+    legalize_map = dict(EXACT_MINMAX)
+    if enabled(VECTOR_MATH_NAME, VECTOR_MATH_LEVEL, options):
+        legalize_map.update(VECTOR_MATH)
+    return [Step(GuardIndices(), REQUIRED, "out-of-range indices must not touch memory"),
+            Step(HalfInFloat32(), REQUIRED, "float16/bfloat16 accumulation loses accuracy"),
+            # sort, top-k, cumsum/cumprod and sampling to TOPI kernels, as TVM's CPU pipeline
+            # does before legalization (without: "CodeGenVM cannot emit").
+            Step(relax.backend.DispatchSampling(), REQUIRED, "codegen cannot emit sampling ops"),
+            Step(relax.backend.DispatchSortScan(), REQUIRED, "codegen cannot emit sort/scan ops"),
+            Step(relax.transform.LegalizeOps(legalize_map), REQUIRED, "ops become kernels here"),
+            Step(relax.transform.AnnotateTIROpPattern(), REQUIRED, "fusion reads the patterns"),
+            Step(relax.transform.FoldConstant(), 1),
+            Step(relax.transform.FuseOps(), 1),
+            Step(relax.transform.FuseTIR(), 1)]
+
+
+def schedule(spec: TargetSpec):
+    def steps(_options: CompileOptions) -> list[Step]:
+        return [Step(default_schedule_pass(spec), 1),
+                # after the last FoldConstant, so that nothing folds the result back
+                Step(MaterializeEmptyConstants(), REQUIRED, "TVM cannot load empty constants")]
+    return steps
+
+
+def enabled(name: str, level: int | None, options: CompileOptions) -> bool:
+    return level is REQUIRED or (level <= options.opt_level and
+                                 name not in options.disabled_passes)
+
+
+def phase_steps(spec: TargetSpec, options: CompileOptions) -> list[tuple[str, list[Step]]]:
+    return [("simplify", simplify(options)), ("layout", layout(options)),
+            ("lower", lower(options)), ("schedule", schedule(spec)(options))]
+
+
+def phases(spec: TargetSpec, options: CompileOptions | None = None
+           ) -> list[tuple[str, list[tvm.transform.Pass]]]:
+    """The passes that run, per phase, for ``options`` (checked: see check_options)."""
+    options = options or CompileOptions()
+    check_options(spec, options)
+    return [(phase, [s.pass_ for s in steps if enabled(s.name, s.level, options)])
+            for phase, steps in phase_steps(spec, options)]
+
+
+def skipped_steps(spec: TargetSpec, options: CompileOptions) -> list[tuple[str, str, str]]:
+    """(phase, pass, why) for every pass these options leave out."""
+    out = []
+    for phase, steps in phase_steps(spec, options):
+        for step in steps:
+            if not enabled(step.name, step.level, options):
+                out.append((phase, step.name, "disabled" if step.name in options.disabled_passes
+                            else f"needs --opt-level {step.level}"))
+    if not enabled(VECTOR_MATH_NAME, VECTOR_MATH_LEVEL, options):
+        out.append(("lower", VECTOR_MATH_NAME, "libm exp/erf/tanh instead"))
+    return out
+
+
+def check_options(spec: TargetSpec, options: CompileOptions) -> None:
+    """Unknown or required pass names in ``disabled_passes`` are errors, named."""
+    steps = {s.name: s for _, group in phase_steps(spec, CompileOptions()) for s in group}
+    for name in options.disabled_passes:
+        if name == VECTOR_MATH_NAME:
+            continue
+        if name not in steps:
+            known = sorted({n for n, s in steps.items() if s.level is not REQUIRED}
+                           | {VECTOR_MATH_NAME})
+            raise CompileError(f"--disable-pass {name}: no such pass; passes that can be "
+                               f"disabled: {', '.join(known)}")
+        if steps[name].level is REQUIRED:
+            raise CompileError(f"--disable-pass {name}: this pass cannot be disabled "
+                               f"({steps[name].why_required})")
 
 
 def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
-               dump_dir: Path | None = None,
-               on_phase: Callable[[str], None] | None = None) -> tvm.IRModule:
-    """Run every phase; optionally write the IR after each to ``dump_dir/NN_phase.py``. A
-    failure is a CompileError naming the phase (simplify, layout, lower, schedule)."""
-    if dump_dir:
-        dump_dir.mkdir(parents=True, exist_ok=True)
-        (dump_dir / "00_imported.py").write_text(mod.script(show_meta=False))
+               options: CompileOptions | None = None,
+               on_phase: Callable[[str], None] | None = None,
+               explanation: Explanation | None = None) -> tvm.IRModule:
+    """Run every phase, pass by pass. With ``options.dump_ir``, write the IR after each pass
+    to ``NN_phase_Pass.py``; with ``explanation``, record what each pass changed. A failure is
+    a CompileError naming the phase (simplify, layout, lower, schedule)."""
+    options = options or CompileOptions()
+    dump = _dumper(options.dump_ir)
+    dump("imported", "", mod)
+    if explanation is not None:
+        explanation.skipped.extend(skipped_steps(spec, options))
     with target:
-        for index, (name, passes) in enumerate(phases(spec), start=1):
+        for name, passes in phases(spec, options):
             if on_phase:
                 on_phase(name)
-            sequence = tvm.transform.Sequential(passes, name=f"aotc.{name}")
-            mod = in_phase(name, lambda: sequence(mod))  # pylint: disable=cell-var-from-loop
-            if dump_dir:
-                (dump_dir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))
+            for pass_ in passes:
+                mod = in_phase(name, lambda p=pass_, m=mod: _run_pass(p, m, name, explanation))
+                dump(name, pass_.info.name, mod)
     return mod
+
+
+def _run_pass(pass_, mod, phase: str, explanation: Explanation | None):
+    if explanation is None:
+        return pass_(mod)
+    before, kernels = op_counts(mod), kernel_count(mod)
+    start = time.perf_counter()
+    out = pass_(mod)
+    explanation.records.append(PassRecord(phase, pass_.info.name, time.perf_counter() - start,
+                                          before, op_counts(out), kernels, kernel_count(out)))
+    return out
+
+
+def _dumper(folder: Path | None):
+    counter = iter(range(1000))
+    if folder is None:
+        return lambda *_args: None
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def dump(phase: str, pass_name: str, mod: tvm.IRModule) -> None:
+        stem = "_".join(part for part in (f"{next(counter):02d}", phase, pass_name) if part)
+        (folder / f"{stem}.py").write_text(mod.script(show_meta=False))
+    return dump
 
 
 def in_phase(name: str, work: Callable[[], object]):

@@ -95,9 +95,9 @@ def test_a_failing_pass_names_its_phase(monkeypatch, tmp_path):
 
     original = pipeline.phases
 
-    def phases(spec):
+    def phases(spec, options=None):
         return [(name, passes + [Exploding()] if name == "layout" else passes)
-                for name, passes in original(spec)]
+                for name, passes in original(spec, options)]
     monkeypatch.setattr(pipeline, "phases", phases)
     with pytest.raises(CompileError, match="compile phase 'layout' failed: .*boom in layout"):
         aotc.compile(tiny_cnn(), target="x86", output=tmp_path / "x.so")

@@ -1,0 +1,70 @@
+"""CompileOptions through the pipeline: opt levels, disabled passes, --explain, --dump-ir."""
+
+import pytest
+from click.testing import CliRunner
+
+import aotc
+from aotc.cli import main
+from aotc.errors import CompileError
+from helpers import check_against_onnxruntime
+from onnx_builders import tiny_cnn
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_every_opt_level_matches_onnxruntime(level, tiny_onnx, tmp_path):
+    model, _ = check_against_onnxruntime(tiny_onnx, tmp_path,
+                                         options=aotc.CompileOptions(opt_level=level))
+    assert model.metadata["opt_level"] == level
+
+
+def test_opt_level_0_runs_no_fusion_and_no_schedules(tmp_path):
+    meta = aotc.compile(tiny_cnn(), output=tmp_path / "o0.so",
+                        options=aotc.CompileOptions(opt_level=0, explain=True))
+    ran = {r["pass"] for r in meta["explain"]["passes"]}
+    skipped = {s["pass"] for s in meta["explain"]["skipped"]}
+    assert {"FuseOps", "ApplyRulesSafely", "ConvertLayoutNHWC", "VectorMath"} <= skipped
+    assert {"GuardIndices", "LegalizeOps", "HalfInFloat32"} <= ran
+    assert ran.isdisjoint(skipped)
+
+
+def test_explain_records_what_each_pass_changed(tmp_path):
+    meta = aotc.compile(tiny_cnn(), output=tmp_path / "t.so",
+                        options=aotc.CompileOptions(explain=True))
+    records = {r["pass"]: r for r in meta["explain"]["passes"]}
+    assert records["LegalizeOps"]["kernels_after"] > records["LegalizeOps"]["kernels_before"]
+    fuse = records["FuseTIR"]
+    assert fuse["kernels_after"] < fuse["kernels_before"]  # fused kernels replace the parts
+    assert "call_tir" in fuse["changed"]
+    assert "time per phase" in meta["explain"]["table"]
+    assert "explain" not in aotc.load(tmp_path / "t.so").metadata  # not embedded
+
+
+def test_disabled_pass_is_skipped_and_named_in_metadata(tmp_path):
+    meta = aotc.compile(tiny_cnn(), output=tmp_path / "t.so",
+                        options=aotc.CompileOptions(disabled_passes=("FuseOps",), explain=True))
+    assert "FuseOps" not in {r["pass"] for r in meta["explain"]["passes"]}
+    assert meta["disabled_passes"] == ["FuseOps"]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("GuardIndices", "this pass cannot be disabled"), ("NoSuchPass", "no such pass; passes that can be")])
+def test_bad_disable_pass_is_refused_by_name(name, message, tmp_path):
+    with pytest.raises(CompileError, match=f"--disable-pass {name}: {message}"):
+        aotc.compile(tiny_cnn(), output=tmp_path / "t.so",
+                     options=aotc.CompileOptions(disabled_passes=(name,)))
+
+
+def test_opt_level_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="opt_level must be one of"):
+        aotc.CompileOptions(opt_level=4)
+
+
+def test_dump_ir_writes_the_ir_after_every_pass(tiny_onnx, tmp_path):
+    result = CliRunner().invoke(main, ["compile", str(tiny_onnx), "-o", str(tmp_path / "t.so"),
+                                       "--dump-ir", str(tmp_path / "ir"), "--explain"])
+    assert result.exit_code == 0, result.output
+    files = sorted(p.name for p in (tmp_path / "ir").iterdir())
+    assert files[0] == "00_imported.py"
+    assert any(f.endswith("_lower_FuseTIR.py") for f in files)
+    assert len(files) > 15
+    assert "ConvertLayoutNHWC" in result.output and "kernels" in result.output
