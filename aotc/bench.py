@@ -4,6 +4,7 @@ same process and run, so the ratio is measured, not remembered."""
 from __future__ import annotations
 
 import json
+import resource
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -34,6 +35,8 @@ class BenchReport:
     threads: int
     timings: list[Timing] = field(default_factory=list)
     max_abs_diff: float | None = None
+    peak_rss_mb: float | None = None  # of this process after the aotc runs (before onnxruntime)
+    planned_activation_mb: float | None = None  # from the compiled model's metadata
 
     def ratio(self) -> float | None:
         """aotc p50 / onnxruntime p50 (>1 means aotc is slower)."""
@@ -47,6 +50,10 @@ class BenchReport:
             lines.append(f"{t.name:14s} {t.p50_ms:9.3f} {t.p90_ms:9.3f} {t.p99_ms:9.3f} "
                          f"{t.throughput_per_s:9.1f}")
         lines.append(f"aotc threads: {self.threads}, runs: {self.timings[0].runs} (after warm-up)")
+        if self.peak_rss_mb is not None:
+            planned = (f", planned activations {self.planned_activation_mb:.1f} MB"
+                       if self.planned_activation_mb is not None else "")
+            lines.append(f"peak RSS after the aotc runs: {self.peak_rss_mb:.1f} MB{planned}")
         if self.ratio() is not None:
             lines.append(f"aotc / onnxruntime (p50): {self.ratio():.2f}x; max |diff| of outputs "
                          f"{self.max_abs_diff:.3g}")
@@ -88,6 +95,9 @@ def run_bench(artifact: str, onnx_path: str | None = None, runs: int = 50,
     feed = random_inputs(model.signature)
     samples = time_callable(lambda: model.run(feed), runs, warmup)
     report = BenchReport(artifact, num_threads())  # read after the runs: what really ran
+    report.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    planned = model.metadata.get("memory", {}).get("planned_bytes")
+    report.planned_activation_mb = planned / 1e6 if planned else None
     report.timings.append(Timing.from_samples("aotc", samples))
     if onnx_path:
         session = onnxruntime_session(onnx_path)

@@ -21,6 +21,7 @@ from aotc.options import CompileOptions
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
+from .memory_report import memory_report
 from .lower import unscheduled_functions
 from .pipeline import in_phase, run_phases
 
@@ -64,6 +65,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         "opt_level": options.opt_level,
         "disabled_passes": list(options.disabled_passes),
         "unscheduled_kernels": unscheduled_functions(mod),
+        "memory": in_phase("memory report", lambda: memory_report(mod, target)),
         "kernels": kernel_table(mod),
         "built_unix_time": int(time.time()),
     }
@@ -74,6 +76,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         explanation.later_phases["export"] = time.perf_counter() - export_start
     metadata["compile_seconds"] = round(time.perf_counter() - start, 2)
     if explanation is not None:
+        explanation.memory = metadata["memory"]
         metadata["explain"] = {"table": explanation.table(), **explanation.to_json()}
     return metadata
 

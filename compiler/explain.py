@@ -52,6 +52,7 @@ class Explanation:
     records: list[PassRecord] = field(default_factory=list)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # phase, pass, why
     later_phases: dict[str, float] = field(default_factory=dict)  # codegen, export: seconds
+    memory: dict = field(default_factory=dict)  # compiler/memory_report.py
 
     def table(self) -> str:
         lines = [f"{'phase':9s} {'pass':26s} {'seconds':>7s} {'ops':>11s} {'kernels':>9s}  changed"]
@@ -67,6 +68,10 @@ class Explanation:
             per_phase[r.phase] = per_phase.get(r.phase, 0.0) + r.seconds
         per_phase.update(self.later_phases)
         lines.append("time per phase: " + ", ".join(f"{p} {s:.2f} s" for p, s in per_phase.items()))
+        planned, unplanned = self.memory.get("planned_bytes"), self.memory.get("unplanned_bytes")
+        if planned and unplanned:
+            lines.append(f"activation memory: planned {planned / 1e6:.2f} MB, unplanned sum "
+                         f"{unplanned / 1e6:.2f} MB ({planned / unplanned:.2f}x)")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -76,4 +81,4 @@ class Explanation:
                             "kernels_before": r.kernels_before, "kernels_after": r.kernels_after,
                             "changed": r.changes(limit=100)} for r in self.records],
                 "skipped": [{"phase": p, "pass": n, "why": w} for p, n, w in self.skipped],
-                "later_phases_seconds": self.later_phases}
+                "later_phases_seconds": self.later_phases, "memory": self.memory}

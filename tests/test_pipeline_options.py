@@ -68,3 +68,14 @@ def test_dump_ir_writes_the_ir_after_every_pass(tiny_onnx, tmp_path):
     assert any(f.endswith("_lower_FuseTIR.py") for f in files)
     assert len(files) > 15
     assert "ConvertLayoutNHWC" in result.output and "kernels" in result.output
+
+
+def test_memory_report_plans_below_the_unplanned_sum(tmp_path):
+    """Activations of a chain of layers reuse storage: the planned total is below the sum."""
+    meta = aotc.compile(tiny_cnn(), output=tmp_path / "t.so",
+                        options=aotc.CompileOptions(explain=True))
+    memory = meta["memory"]
+    assert 0 < memory["planned_bytes"] <= memory["unplanned_bytes"]
+    # the conv output alone: 1x16x12x12 float32
+    assert memory["unplanned_bytes"] >= 16 * 12 * 12 * 4
+    assert "activation memory: planned" in meta["explain"]["table"]

@@ -19,6 +19,7 @@ is innermost in both the output and the weight, which is what ``Contraction`` ve
 
 from __future__ import annotations
 
+import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -341,13 +342,37 @@ def _written_elements(stmt) -> int | None:
 
 
 def touches_bool(sch, block) -> bool:
-    """Whether the block reads or writes a bool buffer. Such blocks are not vectorized: TVM
-    0.27's LLVM codegen gets vectors of bool wrong (a vectorized ``logical_not(x > 0)`` came
-    out all True - a silent wrong answer in torch's _safe_softmax and any masking code - and
-    vectorized bool and/or failed in LLVM's verifier)."""
+    """Whether the block must stay scalar. Blocks reading or writing bool buffers: TVM 0.27's
+    LLVM codegen gets vectors of bool wrong (a vectorized ``logical_not(x > 0)`` came out all
+    True - a silent wrong answer in torch's _safe_softmax and any masking code - and
+    vectorized bool and/or failed in LLVM's verifier). Blocks calling sinh or cosh: TVM has
+    no vector lowering for them ("unknown intrinsic tirx.sinh" at codegen; every other unary
+    intrinsic was checked and has one)."""
     stmt = sch.get(block)
     regions = list(stmt.reads) + list(stmt.writes)
-    return any(str(region.source.dtype) == "bool" for region in regions)
+    if any(str(region.source.dtype) == "bool" for region in regions):
+        return True
+    value = getattr(stmt.body, "value", None)
+    return value is not None and bool(_called_ops(value) & _SCALAR_ONLY_INTRINSICS)
+
+
+_SCALAR_ONLY_INTRINSICS = {"tirx.sinh", "tirx.cosh"}
+
+
+def _called_ops(expr) -> set[str]:
+    """Names of the intrinsics an expression calls (a small walk: TVM 0.27 exposes no TIR
+    expression visitor to Python)."""
+    found, stack = set(), [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tvm.ir.expr.Call):
+            found.add(str(node.op.name) if hasattr(node.op, "name") else "")
+            stack.extend(node.args)
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, attr, None)
+            if isinstance(child, tvm.ir.Expr):
+                stack.append(child)
+    return found
 
 
 def _reads_contiguous(sch, block) -> bool:
