@@ -37,7 +37,8 @@ from .lower import default_schedule_pass
 from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
 from .lower.vector_math import LEGALIZE_MAP as VECTOR_MATH
 from aotc.options import CompileOptions
-from .passes import (ConvertLayoutNHWC, FoldChannelAffine, GuardIndices, HalfInFloat32,
+from .passes import (ConvertLayoutNHWC, FoldChannelAffine, FoldConstantsNumpy, GuardIndices,
+                     HalfInFloat32,
                      LegalizeDynamicSlices, LiftMinMaxCallTIR, MaterializeEmptyConstants,
                      RemoveIdentityBroadcast, RemoveInferenceDropout, SumOfStackToAdd)
 
@@ -68,12 +69,14 @@ def simplify(_options: CompileOptions) -> list[Step]:
     return [Step(LegalizeDynamicSlices(), REQUIRED, "FoldConstant fails on dynamic slices"),
             Step(relax.transform.DecomposeOpsForInference(), REQUIRED,
                  "BatchNorm has no inference-mode legalization otherwise"),
+            Step(FoldConstantsNumpy(), 1),
             Step(relax.transform.FoldConstant(), 1),
             Step(FoldChannelAffine(), 3)] + importer_fixes()
 
 
 def layout(_options: CompileOptions) -> list[Step]:
-    return [Step(ConvertLayoutNHWC(), 2), Step(relax.transform.FoldConstant(), 1)]
+    return [Step(ConvertLayoutNHWC(), 2), Step(FoldConstantsNumpy(), 1),
+            Step(relax.transform.FoldConstant(), 1)]
 
 
 def lower(options: CompileOptions) -> list[Step]:

@@ -2,6 +2,7 @@
 
 from .convert_layout_nhwc import ConvertLayoutNHWC
 from .fold_channel_affine import FoldChannelAffine
+from .fold_constants_numpy import FoldConstantsNumpy
 from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32
 from .legalize_dynamic_slices import LegalizeDynamicSlices
@@ -11,5 +12,5 @@ from .remove_identity_broadcast import RemoveIdentityBroadcast
 from .remove_inference_dropout import RemoveInferenceDropout
 from .sum_of_stack_to_add import SumOfStackToAdd
 
-__all__ = ["ConvertLayoutNHWC", "FoldChannelAffine", "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR", "MaterializeEmptyConstants", "RemoveIdentityBroadcast",
+__all__ = ["ConvertLayoutNHWC", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR", "MaterializeEmptyConstants", "RemoveIdentityBroadcast",
            "RemoveInferenceDropout", "SumOfStackToAdd"]
