@@ -115,9 +115,12 @@ class _Folder(relax.PyExprMutator):
             return None
         with np.errstate(all="ignore"):  # inf/nan as IEEE defines them, as TVM computes them
             out = FOLDERS[call.op.name](args, call)
-        if out is None or not _matches(out, var):
+        if out is None:
             return None
-        return np.ascontiguousarray(out)
+        # np.array, not ascontiguousarray: numpy ops on 0-d arrays return scalars, and
+        # ascontiguousarray makes those 1-d (DynamicQuantizeLinear's scale broke a Stack)
+        out = np.array(out, order="C")
+        return out if _matches(out, var) else None
 
     def _constant(self, expr) -> np.ndarray | None:
         if isinstance(expr, tvm.ir.GenericConst):
