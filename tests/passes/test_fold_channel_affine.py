@@ -63,3 +63,22 @@ def test_a_scale_along_another_axis_is_left_alone():
     assert _ops(after).count("relax.divide") == 1
     x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(_run(after, x), _run(before, x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_producer_with_other_readers_is_not_duplicated():
+    """GELU reads the FFN output three times; folding each scale into its own copy of the
+    matmul made BERT 25% slower."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 16), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.add(relax.op.matmul(x, _const((16, 8))), _const((8,))))
+            half = bb.emit(relax.op.multiply(y, relax.const(np.float32(0.5))))
+            scaled = bb.emit(relax.op.divide(y, relax.const(np.float32(1.4142135))))
+            out = bb.emit_output(relax.op.multiply(half, relax.op.erf(scaled)))
+        bb.emit_func_output(out)
+    before = bb.get()
+    after = FoldChannelAffine()(before)
+    assert _ops(after).count("relax.matmul") == 1
+    x = RNG.standard_normal((4, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(after, x), _run(before, x), rtol=1e-5, atol=1e-5)
