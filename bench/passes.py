@@ -28,24 +28,24 @@ from bench_models import source_model  # noqa: E402  pylint: disable=wrong-impor
 DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseOps,ApplyRulesSafely,VectorMath,"
                   "FoldConstantsNumpy")
 TIMER = """
-import sys, time, numpy as np
+import json, sys, time, numpy as np
 kind, path, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+saved = np.load(sys.argv[4] + "/feed.npz")
+names = json.load(open(sys.argv[4] + "/names.json"))
+feed = {n: saved[f"in{i}"] for i, n in enumerate(names)}
 if kind == "onnxruntime":
     import onnxruntime as ort
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    feed = {i.name: np.load(sys.argv[4] + "/" + i.name + ".npy") for i in session.get_inputs()}
     run = lambda: session.run(None, feed)
 elif kind == "tvm":
     import tvm
     from tvm import relax
     vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
-    names = sys.argv[5].split(",")
-    args = [tvm.runtime.tensor(np.load(sys.argv[4] + "/" + n + ".npy")) for n in names]
+    args = [tvm.runtime.tensor(feed[n]) for n in names]
     run = lambda: vm["main"](*args)
 else:
     import aotc
     model = aotc.load(path)
-    feed = {n: np.load(sys.argv[4] + "/" + n + ".npy") for n in model.signature.input_names()}
     run = lambda: model.run(feed)
 run()
 times = []
@@ -90,9 +90,9 @@ def _tvm_default(onnx_path: Path, work: Path) -> dict:
             "memory": memory_report(fused, target)}
 
 
-def time_variant(variant: dict, feed_dir: Path, input_names: list[str], runs: int) -> float:
+def time_variant(variant: dict, feed_dir: Path, runs: int) -> float:
     command = [sys.executable, "-c", TIMER, variant["kind"], variant["path"], str(runs),
-               str(feed_dir), ",".join(input_names)]
+               str(feed_dir)]
     out = subprocess.run(command, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{variant['name']}: {out.stderr.strip()[-600:]}")
@@ -109,15 +109,16 @@ def bench_model(name: str, work: Path, passes: list[str], rounds: int, runs: int
     signature = aotc.load(variants[1]["path"]).signature
     feed_dir = work / f"{name}_feed"
     feed_dir.mkdir(exist_ok=True)
-    for key, value in random_inputs(signature, seed=0).items():
-        np.save(feed_dir / f"{key}.npy", value)
+    feed = random_inputs(signature, seed=0)  # input names may hold "/": stored by position
+    np.savez(feed_dir / "feed.npz", **{f"in{i}": v for i, v in enumerate(feed.values())})
+    (feed_dir / "names.json").write_text(json.dumps(list(feed)))
     reference = {"name": "onnxruntime", "kind": "onnxruntime", "path": str(onnx_path)}
     everyone = [reference] + variants
     per_round = []
     for k in range(rounds):
         order = everyone if k % 2 == 0 else everyone[::-1]
         # TVM's default pipeline leaves naive loop nests: time it with few runs
-        per_round.append({v["name"]: time_variant(v, feed_dir, signature.input_names(),
+        per_round.append({v["name"]: time_variant(v, feed_dir,
                                                   3 if v["kind"] == "tvm" else runs)
                           for v in order})
         print(f"  {name} round {k}: " + ", ".join(f"{n} {t:.1f}" for n, t in

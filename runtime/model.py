@@ -17,6 +17,7 @@ from ._tvm_runtime import tvm_ffi
 from .artifact import read_metadata
 from .exotic_dtypes import to_numpy, to_tvm
 from .signature import ModelSignature, TensorSpec
+from .thread_placement import PLACEMENT
 
 # vm_initialization(device_type, device_id, allocator, host_type, host_id, host_allocator):
 # kDLCPU = 1, pooled allocator = 2.
@@ -76,7 +77,8 @@ class Model:
         arrays = check_inputs(self.signature, inputs)
         with self._lock:
             try:
-                result = self._main(*[to_tvm(self._ffi, a) for a in arrays])
+                tensors = [to_tvm(self._ffi, a) for a in arrays]
+                result = PLACEMENT.run(lambda: self._main(*tensors))
             except (RuntimeError, IndexError, ValueError, TypeError) as err:
                 # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
                 raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "

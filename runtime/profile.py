@@ -22,6 +22,7 @@ import numpy as np
 from .exotic_dtypes import to_tvm
 from .inputs import random_inputs
 from .model import Model, aligned
+from .thread_placement import PLACEMENT
 
 _MIN_REPEAT_SECONDS = 2e-3  # each timed repeat calls a kernel often enough to last this long
 
@@ -107,7 +108,7 @@ def _time_kernel(model: Model, entry: dict, repeats: int) -> KernelTiming:
     except (RuntimeError, ValueError, TypeError, IndexError) as err:
         timing.note = f"could not run: {type(err).__name__}: {str(err).strip()[:80]}"
         return timing
-    timing.ms_per_call = _median_ms(lambda: function(*args), repeats)
+    timing.ms_per_call = _median_ms(lambda: PLACEMENT.run(lambda: function(*args)), repeats)
     return timing
 
 

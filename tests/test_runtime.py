@@ -117,3 +117,27 @@ def test_default_thread_count_is_every_allowed_core(tiny_so):
                          check=True)
     threads, cores = out.stdout.split("THREADS")[1].split()
     assert threads == cores, out.stdout
+
+
+def test_calling_thread_keeps_off_the_pinned_worker_cores(tiny_so):
+    """In a fresh process: after the first run the placement knows the cores TVM's workers
+    do not use, later runs happen there, and the caller's own affinity is restored."""
+    import subprocess
+    import sys
+    script = f"""
+import os, numpy as np, aotc
+from aotc.runtime.thread_placement import PLACEMENT
+model = aotc.load({str(tiny_so)!r})
+allowed = os.sched_getaffinity(0)
+x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
+first = model(x=x)["y"]
+for _ in range(3):
+    assert np.array_equal(model(x=x)["y"], first)
+assert os.sched_getaffinity(0) == allowed, "affinity not restored"
+if len(allowed) >= 2 and os.environ.get("TVM_NUM_THREADS", "2") != "1":
+    assert PLACEMENT.cores and PLACEMENT.cores < allowed, PLACEMENT.cores
+print("ok", sorted(allowed), sorted(PLACEMENT.cores or []))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("ok")
