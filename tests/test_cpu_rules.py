@@ -152,3 +152,28 @@ def test_sinh_and_cosh_stay_scalar_and_compile(tmp_path):
             return torch.sinh(x) + torch.cosh(x)
 
     check_against_torch(SinhCosh(), (torch.randn(4, 32),), tmp_path)
+
+
+def test_depthwise_conv_reads_its_input_without_a_padded_copy(tmp_path):
+    """A padded copy of the input cost a depthwise conv as much traffic as the conv itself."""
+    x = te.placeholder((1, 16, 16, 32), name="x")
+    w = te.placeholder((3, 3, 32, 1), name="w")
+    conv = topi.nn.depthwise_conv2d_nhwc(x, w, [2, 2], [1, 1], [1, 1])
+    with TARGET:
+        sch = Contraction().apply(te.create_prim_func([x, w, conv]), TARGET, False)
+    names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    assert not any("pad" in n for n in names), names
+    assert _update_loop_kinds(sch)[-1] == tvm.tirx.ForKind.VECTORIZED
+
+
+def test_depthwise_strided_conv_matches_onnxruntime(tmp_path):
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((32, 1, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=32, strides=[2, 2],
+                          pads=[1, 1, 1, 1])], "dw",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 15, 15])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])], [w])
+    path = tmp_path / "dw.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    check_against_onnxruntime(path, tmp_path, rtol=1e-5, atol=1e-5)
