@@ -6,6 +6,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+import aotc
 from aotc.examples.export_onnx import export
 from helpers import check_against_onnxruntime
 
@@ -46,3 +47,17 @@ def test_light_model_matches_onnxruntime(name, tmp_path, caplog):
     check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-5)
     # every zoo model reaches the fast NHWC layout (no ConvertLayoutNHWC fallback)
     assert not [r for r in caplog.records if "ConvertLayout to NHWC refused" in r.getMessage()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "inception_v1", "resnet50",
+                                  "densenet121", "resnet18", "mobilenetv2"])
+def test_opt_level_0_matches_onnxruntime(name, example_onnx_dir, tmp_path):
+    """-O0 (only the passes correctness needs, naive kernels, exact libm math) is what a user
+    bisecting a wrong answer compares against: it must be right too. The largest light models
+    (VGG-19, AlexNet, ZFNet) are left out: naive kernels take minutes on them."""
+    path = LIGHT_DIR / f"light_{name}.onnx" if (LIGHT_DIR / f"light_{name}.onnx").exists() \
+        else export(name, example_onnx_dir)
+    model, _ = check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-5,
+                                         options=aotc.CompileOptions(opt_level=0))
+    assert model.metadata["opt_level"] == 0
