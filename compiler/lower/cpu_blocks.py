@@ -1,0 +1,102 @@
+"""Shared by the default CPU rules: the target's vector width, loop arithmetic, and the
+generic schedule of one injective block (parallel outer loops, vectorized inner loop)."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.target import Target
+
+# 32 zmm/ymm registers; keep a few free for the broadcast input and the weight vectors.
+_MAX_ACCUMULATOR_VECTORS = 24
+_MAX_ROW_BLOCK = 8
+# Parallel loops shorter than this are not worth a thread-pool launch.
+_MIN_PARALLEL_EXTENT = 2
+
+
+def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
+    """Lanes of one SIMD register for the target (16 fp32 on AVX-512, 8 on AVX2)."""
+    features = set(str(a) for a in target.attrs.get("mattr", []))
+    mcpu = str(target.attrs.get("mcpu", ""))
+    wide = "+avx512f" in features or mcpu in _AVX512_CPUS
+    return (512 if wide else 256) // dtype_bits
+
+
+_AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "icelake-client",
+                "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4",
+                "znver5"}
+
+
+def _largest_divisor(extent: int, limit: int, multiple_of: int = 1) -> int:
+    """Largest divisor of ``extent`` that is <= limit, preferring multiples of ``multiple_of``."""
+    divisors = [d for d in range(1, min(extent, limit) + 1) if extent % d == 0]
+    preferred = [d for d in divisors if d % multiple_of == 0]
+    return max(preferred or divisors)
+
+
+def _extent(sch: s_tir.Schedule, loop) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext.value) if isinstance(ext, tirx.IntImm) else None
+
+
+def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Parallelize the outer spatial loops of a block at root and vectorize its inner loop."""
+    loops = sch.get_loops(block)
+    iter_kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+    if len(iter_kinds) != len(loops):
+        return
+    n_spatial = 0
+    for kind in iter_kinds:
+        if kind != tirx.IterVar.DataPar:
+            break
+        n_spatial += 1
+    if n_spatial == 0:
+        return
+    all_spatial = n_spatial == len(loops)
+    if all_spatial and not touches_bool(sch, block):
+        inner_ext = _extent(sch, loops[-1])
+        if inner_ext and inner_ext >= 4 and len(loops) > 1:
+            factor = _largest_divisor(inner_ext, lanes * 4, lanes)
+            if factor > 1:
+                outer, inner = sch.split(loops[-1], factors=[None, factor])
+                sch.vectorize(inner)
+                loops = sch.get_loops(block)[:-1]
+                n_spatial = len(loops)
+    outer = sch.fuse(*loops[:n_spatial]) if n_spatial > 1 else loops[0]
+    ext = _extent(sch, outer)
+    if ext is None or ext >= _MIN_PARALLEL_EXTENT:
+        sch.parallel(outer)
+
+
+def touches_bool(sch, block) -> bool:
+    """Whether the block must stay scalar. Blocks reading or writing bool buffers: TVM 0.27's
+    LLVM codegen gets vectors of bool wrong (a vectorized ``logical_not(x > 0)`` came out all
+    True - a silent wrong answer in torch's _safe_softmax and any masking code - and
+    vectorized bool and/or failed in LLVM's verifier). Blocks calling sinh or cosh: TVM has
+    no vector lowering for them ("unknown intrinsic tirx.sinh" at codegen; every other unary
+    intrinsic was checked and has one)."""
+    stmt = sch.get(block)
+    regions = list(stmt.reads) + list(stmt.writes)
+    if any(str(region.source.dtype) == "bool" for region in regions):
+        return True
+    value = getattr(stmt.body, "value", None)
+    return value is not None and bool(_called_ops(value) & _SCALAR_ONLY_INTRINSICS)
+
+
+_SCALAR_ONLY_INTRINSICS = {"tirx.sinh", "tirx.cosh"}
+
+
+def _called_ops(expr) -> set[str]:
+    """Names of the intrinsics an expression calls (a small walk: TVM 0.27 exposes no TIR
+    expression visitor to Python)."""
+    found, stack = set(), [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tvm.ir.expr.Call):
+            found.add(str(node.op.name) if hasattr(node.op, "name") else "")
+            stack.extend(node.args)
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, attr, None)
+            if isinstance(child, tvm.ir.Expr):
+                stack.append(child)
+    return found

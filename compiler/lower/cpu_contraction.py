@@ -1,0 +1,236 @@
+"""``Contraction``: the default CPU schedule of one multiply-accumulate reduction (conv2d in
+NHWC/HWIO, matmul, batch matmul) with injective producers and epilogues. Register-blocks the two
+innermost output axes and vectorizes the innermost (contiguous in the output and the weight);
+ragged axes are padded to whole tiles, low-intensity ones read through their padding, and the
+elementwise epilogue is applied on the way out of the register tile."""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.ir import TensorLoad as BufferLoad
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.s_tir.schedule import ScheduleError
+from tvm.target import Target
+
+from .cpu_blocks import (_MAX_ACCUMULATOR_VECTORS, _MAX_ROW_BLOCK, _extent, _largest_divisor,
+                         schedule_injective_block, vector_lanes)
+
+
+def _column_block(extent: int, lanes: int) -> int:
+    """Columns per register tile: whole SIMD registers when the extent allows. MobileNetV2's
+    1x1 conv to 24 channels took 2.4 ms as one 24-lane vector and under 0.42 ms as three
+    8-lane ones (per-kernel timing on this machine, 2 threads)."""
+    for width in (2 * lanes, lanes, 3 * lanes // 2, lanes // 2, lanes // 4):
+        if width >= 4 and extent % width == 0:
+            return width
+    return _largest_divisor(extent, 2 * lanes)
+
+
+def _vector_width(columns: int, lanes: int) -> int:
+    """The SIMD width the register tile's columns are computed in: whole registers where the
+    column count allows, else half registers (24 columns = 3 x 8 on AVX-512)."""
+    for width in (lanes, lanes // 2):
+        if width >= 4 and columns % width == 0:
+            return width
+    return columns
+
+
+def _tile_axes_static(info) -> bool:
+    """The register tile (two innermost spatial axes) and the reduction need static extents;
+    outer axes such as a symbolic batch are only fused into the parallel loop."""
+    kinds, dom = info.dom_kind(), info.dom()
+    spatial = [d for d, k in zip(dom, kinds) if k == "S"]
+    reduce = [d for d, k in zip(dom, kinds) if k == "R"]
+    return bool(spatial) and all(isinstance(d, (int, tirx.IntImm)) for d in spatial[-2:] + reduce)
+
+
+def _is_multiply_accumulate(block: tirx.Stmt) -> bool:
+    """True for ``C[...] = C[...] + A[...] * B[...]`` (possibly with casts), i.e. a contraction."""
+    body = block.body
+    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, tirx.Add):
+        return False
+    terms = [body.value.a, body.value.b]
+    terms = [t.value if isinstance(t, tirx.Cast) else t for t in terms]
+    return any(isinstance(t, tirx.Mul) for t in terms) and any(
+        isinstance(t, BufferLoad) and t.source.same_as(body.buffer) for t in terms
+    )
+
+
+# Reduction sizes up to this (depthwise 3x3 = 9 ... 7x7 = 49) read each input about once per
+# output: a padded copy of the input costs as much memory traffic as the convolution itself.
+_INLINE_PRODUCERS_MAX_REDUCTION = 64
+
+
+def _inline_padding(sch: s_tir.Schedule, main, infos) -> bool:
+    """Inline the producers (the zero-padded input copy) of a low-intensity contraction into
+    it. MobileNetV2's stride-2 depthwise 3x3 over 112x112x96 spent most of its 1.24 ms (5
+    GFLOP/s) writing and re-reading the padded copy; inlined, the bounds check is one scalar
+    condition per vector of channels."""
+    reduction = 1
+    for kind, extent in zip(main.dom_kind(), main.dom()):
+        if kind == "R":
+            reduction *= int(extent)
+    if reduction > _INLINE_PRODUCERS_MAX_REDUCTION:
+        return False
+    inlined = False
+    for producer in infos[:infos.index(main)]:
+        try:
+            sch.compute_inline(producer.block_rv)
+            inlined = True
+        except ScheduleError:
+            continue
+    return inlined
+
+
+def _pad_ragged_tile(sch: s_tir.Schedule, main, lanes: int) -> bool:
+    """Pad the two tile axes to whole vectors/rows when they have no usable divisor.
+
+    Attention over 197 tokens (ViT) makes a 197x197 score matrix: 197 is prime, so the
+    register tile degenerated to one scalar (2.1 GFLOP/s). Masked tails (a non-dividing split)
+    kept LLVM from vectorizing (3.8 GFLOP/s). pad_einsum copies the operands into buffers
+    padded with zeros and the result back out: the kernel proper runs on whole tiles."""
+    kinds, dom = main.dom_kind(), main.dom()
+    spatial = [i for i, k in enumerate(kinds) if k == "S"]
+    if len(spatial) < 2 or "R" not in kinds:
+        return False
+    padding = [1] * len(kinds)
+    col, row = int(dom[spatial[-1]]), int(dom[spatial[-2]])
+    if col > lanes and _column_block(col, lanes) < 4:
+        padding[spatial[-1]] = lanes
+    if row > _MAX_ROW_BLOCK and _largest_divisor(row, _MAX_ROW_BLOCK) <= 2:
+        padding[spatial[-2]] = 4
+    if padding == [1] * len(kinds):
+        return False
+    sch.pad_einsum(main.block_rv, padding)
+    return True
+
+
+def _parallelize_outer(sch: s_tir.Schedule, block) -> None:
+    """Parallel over the block's fused loops, nothing vectorized."""
+    loops = sch.get_loops(block)
+    sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+
+
+class Contraction(ScheduleRule):
+    """Register-blocked, vectorized schedule for conv2d (NHWC/HWIO), matmul and batch matmul."""
+
+    def apply(self, func, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if infos is None:
+            return None
+        reductions = [i for i in infos if not i.is_injective()]
+        if len(reductions) != 1 or not _is_multiply_accumulate(sch.get(reductions[0].block_rv)):
+            return None
+        main = reductions[0]
+        if not _tile_axes_static(main):
+            return None  # symbolic tile or reduction extents go to the generic rule
+        lanes = vector_lanes(target, sch.get(main.block_rv).writes[0].source.dtype.bits)
+        if _inline_padding(sch, main, infos):
+            infos = normalize_prim_func(sch)
+            main = next(i for i in infos if not i.is_injective())
+        padded = _pad_ragged_tile(sch, main, lanes)
+        if padded:
+            infos = normalize_prim_func(sch)
+            main = next(i for i in infos if not i.is_injective())
+        main_index = infos.index(main)
+        for producer in infos[:main_index]:
+            if padded:  # guarded copies (if_then_else on the padded axis): not vectorized
+                _parallelize_outer(sch, producer.block_rv)
+            else:
+                schedule_injective_block(sch, producer.block_rv, lanes)
+        self._schedule_main(sch, main, infos[main_index + 1:], lanes, padded)
+        return sch
+
+    def _schedule_main(self, sch, main, epilogues, lanes: int, padded: bool = False) -> None:
+        block = main.block_rv
+        kinds = main.dom_kind()
+        loops = sch.get_loops(block)
+        spatial = [l for l, k in zip(loops, kinds) if k == "S"]
+        reduce = [l for l, k in zip(loops, kinds) if k == "R"]
+        col_ext = _extent(sch, spatial[-1])
+        col_inner = _column_block(col_ext, lanes)
+        col_outer, col_in = sch.split(spatial[-1], factors=[None, col_inner])
+        vector = _vector_width(col_inner, lanes)
+        col_vectors = None
+        if vector < col_inner and col_inner % lanes:
+            # 24 columns: three 8-lane vectors (one 24-lane vector was 6x slower, see
+            # _column_block), unrolled like the rows
+            col_vectors, col_in = sch.split(col_in, factors=[None, vector])
+        vectors = max(1, col_inner // vector)
+        row_out, row_in = None, None
+        if len(spatial) >= 2:
+            row_limit = max(1, min(_MAX_ROW_BLOCK, _MAX_ACCUMULATOR_VECTORS // vectors))
+            row_inner = _largest_divisor(_extent(sch, spatial[-2]), row_limit)
+            row_out, row_in = sch.split(spatial[-2], factors=[None, row_inner])
+        outer = spatial[:-2] + ([row_out] if row_out is not None else [])
+        inner = ([row_in] if row_in is not None else []) + (
+            [col_vectors] if col_vectors is not None else []) + [col_in]
+        # col_outer first: neighbouring parallel iterations reuse the same weight columns.
+        sch.reorder(col_outer, *outer, *reduce, *inner)
+        tile = sch.fuse(col_outer, *outer)
+        sch.parallel(tile)
+        # Accumulate in a small tile buffer (registers after unroll/vectorize), then apply
+        # the epilogue on the way out. Scope "global", not "local": TVM's LowerTVMBuiltin puts
+        # only small *global* CPU allocations on the stack; a "local" one became a
+        # TVMBackendAllocWorkspace/FreeWorkspace pair in every parallel tile.
+        write_back = sch.cache_write(block, 0, "global")
+        # After pad_einsum the first epilogue copies the padded result into the real output.
+        # Inlining that copy into the write-back dropped its bounds (TVM wrote the padded tile
+        # into the unpadded output: out of bounds). Instead the rest of the chain is inlined
+        # into the copy, which is computed under the tile loop, where reverse_compute_at clips
+        # it to the real extent.
+        unpad = epilogues[0].block_rv if padded else None
+        self._inline_epilogues(sch, unpad or write_back, epilogues[1:] if padded else epilogues,
+                               lanes)
+        sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
+        wb_loops = sch.get_loops(write_back)[1:]
+        if wb_loops:
+            last = wb_loops[-1]
+            if col_vectors is not None:
+                _, last = sch.split(last, factors=[None, vector])
+            sch.vectorize(last)
+        if unpad is not None:
+            sch.reverse_compute_at(unpad, tile, preserve_unit_loops=True)
+        # Vectorize before decomposing: afterwards the update block is no longer a complete
+        # reduction block and `vectorize` refuses it.
+        if row_in is not None and _extent(sch, row_in) > 1:
+            sch.unroll(row_in)
+        if col_vectors is not None:
+            sch.unroll(col_vectors)
+        sch.vectorize(col_in)
+        if reduce:
+            sch.decompose_reduction(block, reduce[0])
+
+    @staticmethod
+    def _inline_epilogues(sch, write_back, epilogues, lanes: int) -> None:
+        """Fold the elementwise chain after the contraction into its write-back.
+
+        Stops at the first block that is not the sole reader of the write-back's output: TVM's
+        reverse_compute_inline accepts that case and then leaves the other reader with an
+        undefined buffer (GELU's ``x * erf(x)`` failed to build that way). So first every
+        intermediate of the chain is inlined into its readers (``x * sigmoid(x)`` becomes one
+        block reading x twice): EfficientNet's conv+SiLU kernels otherwise ran the sigmoid and
+        the multiply as two more passes over the whole output (8-40 GFLOP/s)."""
+        remaining = list(epilogues)
+        for block in reversed(epilogues[:-1]):
+            try:
+                sch.compute_inline(block.block_rv)
+            except ScheduleError:  # e.g. a block that is not a plain injective computation
+                continue
+            remaining.remove(block)
+        while remaining:
+            consumers = sch.get_consumers(write_back)
+            if len(consumers) != 1 or not sch.get(consumers[0]).same_as(
+                    sch.get(remaining[0].block_rv)):
+                break
+            try:
+                sch.reverse_compute_inline(remaining[0].block_rv)
+            except ScheduleError:  # not elementwise: stays at root
+                break
+            remaining.pop(0)
+        for block in remaining:
+            schedule_injective_block(sch, block.block_rv, lanes)
