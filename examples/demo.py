@@ -1,7 +1,7 @@
 """The README's main job: compile the bundled MobileNetV2 example, run it, compare with
 onnxruntime, print the latency of both.
 
-    python -m aotc.examples.demo [--model resnet18|mobilenetv2|bert] [--out DIR]
+    python -m aotc.examples.demo [--model resnet18|mobilenetv2|bert|vit|...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -10,16 +10,18 @@ import argparse
 import os
 from pathlib import Path
 
-import numpy as np
+MODELS = ("resnet18", "mobilenetv2", "bert", "vit", "efficientnet", "convnext", "gpt", "unet")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="mobilenetv2", choices=["resnet18", "mobilenetv2", "bert"])
+    parser.add_argument("--model", default="mobilenetv2", choices=MODELS)
     parser.add_argument("--out", default="build/demo")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="aotc's thread count (default: every core, as users get it)")
     args = parser.parse_args()
-    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    if args.threads:
+        os.environ["AOTC_NUM_THREADS"] = str(args.threads)
 
     import aotc
     from aotc.bench import run_bench

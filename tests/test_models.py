@@ -61,3 +61,8 @@ def test_opt_level_0_matches_onnxruntime(name, example_onnx_dir, tmp_path):
     model, _ = check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-5,
                                          options=aotc.CompileOptions(opt_level=0))
     assert model.metadata["opt_level"] == 0
+
+
+def test_demo_offers_every_example_model():
+    from aotc.examples import demo, models  # demo keeps its own list so --help needs no torch
+    assert set(demo.MODELS) == set(models.MODELS)
