@@ -75,9 +75,14 @@ def time_engine(engine: str, name: str, onnx_path: Path, artifact: Path, runs: i
     script = (TIMERS[engine] + MEASURE).replace("ARTIFACT", repr(str(artifact))).replace(
         "ONNX", repr(str(onnx_path))).replace("NAME", repr(name)).replace(
         "WARMUP", "5").replace("RUNS", str(runs))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    return median_ms_in_subprocess([script], f"{engine} on {name}")
+
+
+def median_ms_in_subprocess(args: list[str], what: str) -> float:
+    """Run ``python -c *args`` in a fresh process; its last line of output is a latency in ms."""
+    out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"{engine} on {name} failed: {out.stderr.strip()[-800:]}")
+        raise RuntimeError(f"{what} failed: {out.stderr.strip()[-800:]}")
     return float(out.stdout.strip().splitlines()[-1])
 
 

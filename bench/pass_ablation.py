@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_models import median_ms_in_subprocess  # noqa: E402  pylint: disable=wrong-import-position
 
 TIMER = """
 import sys, time, numpy as np, aotc
@@ -52,9 +54,7 @@ def build(source: Path, work: Path, pass_name: str, keep: bool) -> tuple[Path, i
 
 
 def time_in_process(artifact: Path, runs: int) -> float:
-    out = subprocess.run([sys.executable, "-c", TIMER, str(artifact), str(runs)],
-                         capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    return median_ms_in_subprocess([TIMER, str(artifact), str(runs)], artifact.name)
 
 
 def ablate(pass_name: str, model: str, rounds: int, runs: int) -> dict:

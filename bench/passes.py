@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import source_model  # noqa: E402  pylint: disable=wrong-import-position
+from bench_models import median_ms_in_subprocess, source_model  # noqa: E402  pylint: disable=wrong-import-position
 
 DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseOps,ApplyRulesSafely,VectorMath,"
                   "FoldConstantsNumpy")
@@ -91,12 +90,8 @@ def _tvm_default(onnx_path: Path, work: Path) -> dict:
 
 
 def time_variant(variant: dict, feed_dir: Path, runs: int) -> float:
-    command = [sys.executable, "-c", TIMER, variant["kind"], variant["path"], str(runs),
-               str(feed_dir)]
-    out = subprocess.run(command, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{variant['name']}: {out.stderr.strip()[-600:]}")
-    return float(out.stdout.strip().splitlines()[-1])
+    return median_ms_in_subprocess([TIMER, variant["kind"], variant["path"], str(runs),
+                                    str(feed_dir)], variant["name"])
 
 
 def bench_model(name: str, work: Path, passes: list[str], rounds: int, runs: int) -> dict:

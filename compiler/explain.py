@@ -7,21 +7,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import tvm
-from tvm import relax
+
+from .passes.relax_walk import op_calls
 
 
 def op_counts(mod: tvm.IRModule) -> Counter:
     """Calls per Relax op (``call_tir`` counted by callee kind, not name) in every Relax
     function."""
-    counts: Counter = Counter()
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            counts[expr.op.name.removeprefix("relax.")] += 1
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return counts
+    return Counter(call.op.name.removeprefix("relax.") for call in op_calls(mod))
 
 
 def kernel_count(mod: tvm.IRModule) -> int:

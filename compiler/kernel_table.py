@@ -7,8 +7,11 @@ only at compile time, from the scheduled module: it is recorded here."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import tvm
-from tvm import relax
+
+from .passes.relax_walk import op_calls
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -26,17 +29,8 @@ def kernel_table(mod: tvm.IRModule) -> list[dict]:
     return sorted(table, key=lambda k: k["name"])
 
 
-def _call_counts(mod: tvm.IRModule) -> dict[str, int]:
-    counts: dict[str, int] = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and expr.op.same_as(_CALL_TIR):
-            name = expr.args[0].name_hint
-            counts[name] = counts.get(name, 0) + 1
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return counts
+def _call_counts(mod: tvm.IRModule) -> Counter:
+    return Counter(call.args[0].name_hint for call in op_calls(mod) if call.op.same_as(_CALL_TIR))
 
 
 def _symbol(gv, func) -> str:

@@ -13,6 +13,9 @@ import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
+from .frontends.relax_shapes import static_values
+from .passes.relax_walk import op_calls
+
 _ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 _ALLOC_STORAGE = "relax.memory.alloc_storage"
 
@@ -28,24 +31,15 @@ def memory_report(mod: tvm.IRModule, target: tvm.target.Target) -> dict:
 
 
 def _sum_allocations(mod: tvm.IRModule, ops: set[str]) -> int | None:
-    sizes: list[int | None] = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
-                expr.op.name in ops:
-            sizes.append(_bytes(expr))
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
+    sizes = [_bytes(call) for call in op_calls(mod) if call.op.name in ops]
     return None if any(s is None for s in sizes) else sum(sizes)
 
 
 def _bytes(call: relax.Call) -> int | None:
-    shape = call.args[0]
-    if not isinstance(shape, relax.ShapeExpr) or not all(
-            isinstance(v, tvm.tirx.IntImm) for v in shape.values):
+    dims = static_values(call.args[0])
+    if dims is None:
         return None
-    count = math.prod(int(v) for v in shape.values)
+    count = math.prod(dims)
     if call.op.name == _ALLOC_STORAGE:
         return count  # a storage's shape is its size in bytes
     dtype = tvm.DataType(str(call.args[1].value))

@@ -11,10 +11,15 @@ from tvm.relax import op as R
 
 def static_shape(expr: relax.Expr) -> list[int] | None:
     """The tensor's shape when every dim is known at compile time, else None."""
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape.values):
+    return static_values(getattr(expr.ty, "shape", None))
+
+
+def static_values(shape) -> list[int] | None:
+    """The dims of a shape expression (``R.shape([...])``) when all are constants, else None."""
+    values = getattr(shape, "values", None)
+    if values is None or not all(isinstance(d, tirx.IntImm) for d in values):
         return None
-    return [int(d) for d in shape.values]
+    return [int(d) for d in values]
 
 
 def i64(values) -> relax.Expr:

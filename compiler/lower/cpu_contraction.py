@@ -112,6 +112,14 @@ def _parallelize_outer(sch: s_tir.Schedule, block) -> None:
     sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
 
 
+def _blocks_and_contraction(sch: s_tir.Schedule):
+    """(normalized blocks, the one reduction among them); the reduction is None unless there
+    is exactly one. Read again after a primitive that adds or removes blocks."""
+    infos = normalize_prim_func(sch)
+    reductions = [i for i in infos or [] if not i.is_injective()]
+    return infos, reductions[0] if len(reductions) == 1 else None
+
+
 class Contraction(ScheduleRule):
     """Register-blocked, vectorized schedule for conv2d (NHWC/HWIO), matmul and batch matmul."""
 
@@ -119,23 +127,17 @@ class Contraction(ScheduleRule):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
             return None
         sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
+        infos, main = _blocks_and_contraction(sch)
+        if main is None or not _is_multiply_accumulate(sch.get(main.block_rv)):
             return None
-        reductions = [i for i in infos if not i.is_injective()]
-        if len(reductions) != 1 or not _is_multiply_accumulate(sch.get(reductions[0].block_rv)):
-            return None
-        main = reductions[0]
         if not _tile_axes_static(main):
             return None  # symbolic tile or reduction extents go to the generic rule
         lanes = vector_lanes(target, sch.get(main.block_rv).writes[0].source.dtype.bits)
         if _inline_padding(sch, main, infos):
-            infos = normalize_prim_func(sch)
-            main = next(i for i in infos if not i.is_injective())
+            infos, main = _blocks_and_contraction(sch)
         padded = _pad_ragged_tile(sch, main, lanes)
         if padded:
-            infos = normalize_prim_func(sch)
-            main = next(i for i in infos if not i.is_injective())
+            infos, main = _blocks_and_contraction(sch)
         main_index = infos.index(main)
         for producer in infos[:main_index]:
             if padded:  # guarded copies (if_then_else on the padded axis): not vectorized

@@ -20,6 +20,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..frontends.relax_shapes import static_shape, static_values
 from .relax_walk import mutate_functions
 
 _MAX_ELEMENTS = 1 << 26  # a broadcast to more than this stays a run-time op
@@ -61,7 +62,7 @@ def _squeeze(args, call):
 
 
 def _to_shape(args, call):
-    shape = _static_shape(call.args[1])
+    shape = static_values(call.args[1])
     if shape is None or int(np.prod(shape)) > _MAX_ELEMENTS:
         return None
     if call.op.name == "relax.reshape":
@@ -78,13 +79,6 @@ FOLDERS = {
 }
 # the arguments that are data (the rest are shapes, read from the call itself)
 _DATA_ARGS = {"relax.reshape": 1, "relax.broadcast_to": 1}
-
-
-def _static_shape(expr) -> list[int] | None:
-    values = getattr(expr, "values", None)
-    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
-        return None
-    return [int(v) for v in values]
 
 
 @relax.expr_functor.mutator
@@ -130,10 +124,8 @@ class _Folder(relax.PyExprMutator):
 
 def _matches(value: np.ndarray, var) -> bool:
     """Whether ``value`` has exactly the dtype and static shape the binding declares."""
-    ty = var.ty
-    shape = _static_shape(getattr(ty, "shape", None)) if getattr(ty, "shape", None) is not None \
-        else None
-    return str(value.dtype) == str(getattr(ty, "dtype", "")) and shape == list(value.shape)
+    return str(value.dtype) == str(getattr(var.ty, "dtype", "")) and \
+        static_shape(var) == list(value.shape)
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantsNumpy")

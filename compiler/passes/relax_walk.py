@@ -1,6 +1,7 @@
-"""Shared by the mutator-based passes: run a PyExprMutator over every Relax function of a
-module, and ask whether any call in the module satisfies a predicate (to skip the rewrite,
-and its re-normalization, when there is nothing to do)."""
+"""Shared by the mutator-based passes and the compile reports: run a PyExprMutator over every
+Relax function of a module, visit or collect their expressions, and ask whether any call in
+the module satisfies a predicate (to skip a rewrite, and its re-normalization, when there is
+nothing to do)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,21 @@ def mutate_functions(mod: tvm.IRModule, mutator: relax.PyExprMutator) -> tvm.IRM
     return mutator.builder_.get()
 
 
+def visit_functions(mod: tvm.IRModule, visit: Callable[[relax.Expr], None]) -> None:
+    """Call ``visit`` on every expression of every Relax function, in post order."""
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+
+
+def op_calls(mod: tvm.IRModule) -> list[relax.Call]:
+    """Every call of a Relax operator (not of a function) in every Relax function."""
+    calls: list[relax.Call] = []
+    visit_functions(mod, lambda expr: calls.append(expr) if isinstance(expr, relax.Call)
+                    and isinstance(expr.op, tvm.ir.Op) else None)
+    return calls
+
+
 def any_expr(mod: tvm.IRModule, predicate: Callable[[relax.Expr], bool]) -> bool:
     """Whether some expression of some Relax function satisfies ``predicate``."""
     found = []
@@ -26,9 +42,7 @@ def any_expr(mod: tvm.IRModule, predicate: Callable[[relax.Expr], bool]) -> bool
     def visit(expr):
         if not found and predicate(expr):
             found.append(expr)
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
+    visit_functions(mod, visit)
     return bool(found)
 
 
