@@ -4,13 +4,15 @@ Phases (names are what --dump-ir and --explain print):
   simplify  run-time slices lowered early (a FoldConstant bug), inference-only decomposition
             (BatchNorm -> scale/shift), constant folding, per-channel scale/shift folded into
             conv/matmul weights, and our clean-up of importer output that would block layout
-            conversion (importer_fixes)
+            conversion (passes/folding, passes/importer_fixes)
   layout    conv2d to NHWC data / HWIO weights: the channel axis becomes innermost in both, which
             is what the CPU schedules vectorize; folding then pre-transposes the weights
+            (passes/layout)
+  fuse      patterns TVM's FuseOps does not find (passes/fusion)
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
             bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
             PrimFuncs (max/min with infinite identities; exp/erf/tanh/sigmoid as vectorizable
-            polynomials: VectorMath), fused (one fused kernel = one tuning task)
+            polynomials: VectorMath), fused (one fused kernel = one tuning task) (passes/lowering)
   schedule  a schedule for every PrimFunc (compiler/lower); empty constants made at run time
             (TVM cannot load zero-size constants)
   finalize  TVM's dataflow lowering and memory planning (compiler/build.py; tvm.compile)
@@ -22,96 +24,51 @@ correctness or loading needs it, and it cannot be disabled.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import tvm
-from tvm import relax
 
 from aotc.errors import CompileError, meaningful_line
 from aotc.targets import TargetSpec
 
+from aotc.options import CompileOptions
+
 from .explain import Explanation, PassRecord, kernel_count, op_counts
 from .lower import default_schedule_pass
-from .lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
-from .lower.vector_math import LEGALIZE_MAP as VECTOR_MATH
-from aotc.options import CompileOptions
-from .passes import (ConvertLayoutNHWC, FoldChannelAffine, FoldConstantsNumpy, GuardIndices,
-                     HalfInFloat32,
-                     LegalizeDynamicSlices, LiftMinMaxCallTIR, MaterializeEmptyConstants,
-                     RemoveIdentityBroadcast, RemoveInferenceDropout, SumOfStackToAdd)
-
-REQUIRED = None  # the level of a pass that always runs
-# Not a pass of its own: the float32 exp/erf/tanh/sigmoid entries of LegalizeOps' map.
-VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
-
-
-@dataclass(frozen=True)
-class Step:
-    pass_: tvm.transform.Pass
-    level: int | None
-    why_required: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.pass_.info.name
-
-
-def importer_fixes() -> list[Step]:
-    """Clean-ups of TVM's ONNX importer output that kept ConvertLayout from converting whole
-    graphs (each module says which model it kept in NCHW)."""
-    return [Step(LiftMinMaxCallTIR(), 2), Step(SumOfStackToAdd(), 2),
-            Step(RemoveIdentityBroadcast(), 2), Step(RemoveInferenceDropout(), 2)]
+from . import passes
+from .passes.lowering import VECTOR_MATH_LEVEL, VECTOR_MATH_NAME
+from .passes.step import REQUIRED, Step, enabled
 
 
 def simplify(_options: CompileOptions) -> list[Step]:
-    return [Step(LegalizeDynamicSlices(), REQUIRED, "FoldConstant fails on dynamic slices"),
-            Step(relax.transform.DecomposeOpsForInference(), REQUIRED,
-                 "BatchNorm has no inference-mode legalization otherwise"),
-            Step(FoldConstantsNumpy(), 1),
-            Step(relax.transform.FoldConstant(), 1),
-            Step(FoldChannelAffine(), 3)] + importer_fixes()
+    return passes.folding.steps() + passes.importer_fixes.steps()
 
 
 def layout(_options: CompileOptions) -> list[Step]:
-    return [Step(ConvertLayoutNHWC(), 2), Step(FoldConstantsNumpy(), 1),
-            Step(relax.transform.FoldConstant(), 1)]
+    return passes.layout.steps()
+
+
+def fuse(_options: CompileOptions) -> list[Step]:
+    return passes.fusion.steps()
 
 
 def lower(options: CompileOptions) -> list[Step]:
-    legalize_map = dict(EXACT_MINMAX)
-    if enabled(VECTOR_MATH_NAME, VECTOR_MATH_LEVEL, options):
-        legalize_map.update(VECTOR_MATH)
-    return [Step(GuardIndices(), REQUIRED, "out-of-range indices must not touch memory"),
-            Step(HalfInFloat32(), REQUIRED, "float16/bfloat16 accumulation loses accuracy"),
-            # sort, top-k, cumsum/cumprod and sampling to TOPI kernels, as TVM's CPU pipeline
-            # does before legalization (without: "CodeGenVM cannot emit").
-            Step(relax.backend.DispatchSampling(), REQUIRED, "codegen cannot emit sampling ops"),
-            Step(relax.backend.DispatchSortScan(), REQUIRED, "codegen cannot emit sort/scan ops"),
-            Step(relax.transform.LegalizeOps(legalize_map), REQUIRED, "ops become kernels here"),
-            Step(relax.transform.AnnotateTIROpPattern(), REQUIRED, "fusion reads the patterns"),
-            Step(relax.transform.FoldConstant(), 1),
-            Step(relax.transform.FuseOps(), 1),
-            Step(relax.transform.FuseTIR(), 1)]
+    return passes.lowering.steps(options)
 
 
 def schedule(spec: TargetSpec):
     def steps(_options: CompileOptions) -> list[Step]:
         return [Step(default_schedule_pass(spec), 1),
                 # after the last FoldConstant, so that nothing folds the result back
-                Step(MaterializeEmptyConstants(), REQUIRED, "TVM cannot load empty constants")]
+                Step(passes.MaterializeEmptyConstants(), REQUIRED, "TVM cannot load empty constants")]
     return steps
-
-
-def enabled(name: str, level: int | None, options: CompileOptions) -> bool:
-    return level is REQUIRED or (level <= options.opt_level and
-                                 name not in options.disabled_passes)
 
 
 def phase_steps(spec: TargetSpec, options: CompileOptions) -> list[tuple[str, list[Step]]]:
     return [("simplify", simplify(options)), ("layout", layout(options)),
-            ("lower", lower(options)), ("schedule", schedule(spec)(options))]
+            ("fuse", fuse(options)), ("lower", lower(options)),
+            ("schedule", schedule(spec)(options))]
 
 
 def phases(spec: TargetSpec, options: CompileOptions | None = None
@@ -158,17 +115,17 @@ def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
                explanation: Explanation | None = None) -> tvm.IRModule:
     """Run every phase, pass by pass. With ``options.dump_ir``, write the IR after each pass
     to ``NN_phase_Pass.py``; with ``explanation``, record what each pass changed. A failure is
-    a CompileError naming the phase (simplify, layout, lower, schedule)."""
+    a CompileError naming the phase (simplify, layout, fuse, lower, schedule)."""
     options = options or CompileOptions()
     dump = _dumper(options.dump_ir)
     dump("imported", "", mod)
     if explanation is not None:
         explanation.skipped.extend(skipped_steps(spec, options))
     with target:
-        for name, passes in phases(spec, options):
+        for name, phase_passes in phases(spec, options):
             if on_phase:
                 on_phase(name)
-            for pass_ in passes:
+            for pass_ in phase_passes:
                 mod = in_phase(name, lambda p=pass_, m=mod: _run_pass(p, m, name, explanation))
                 dump(name, pass_.info.name, mod)
     return mod

@@ -1,16 +1,20 @@
-"""aotc's own Relax passes, one per file (see each module's docstring for where it sits)."""
+"""aotc's own Relax passes, one per module, grouped by purpose in subpackages; each group's
+``steps()`` returns its passes in order, with the opt level each needs:
+  folding/         constants, inference decomposition, BatchNorm into weights
+  importer_fixes/  clean-ups of TVM's ONNX importer output that block layout conversion
+  layout/          NHWC/HWIO convolutions
+  fusion/          patterns FuseOps does not find (attention)
+  lowering/        index guards, float32 accumulation, legalization and fusion to TIR
+Helpers shared by the groups: relax_walk (visiting functions), pattern_rewrite, step."""
 
-from .convert_layout_nhwc import ConvertLayoutNHWC
-from .fold_channel_affine import FoldChannelAffine
-from .fold_constants_numpy import FoldConstantsNumpy
-from .guard_indices import GuardIndices
-from .half_in_float32 import HalfInFloat32
-from .legalize_dynamic_slices import LegalizeDynamicSlices
-from .lift_minmax_call_tir import LiftMinMaxCallTIR
-from .materialize_empty_constants import MaterializeEmptyConstants
-from .remove_identity_broadcast import RemoveIdentityBroadcast
-from .remove_inference_dropout import RemoveInferenceDropout
-from .sum_of_stack_to_add import SumOfStackToAdd
+from . import fusion
+from .folding import FoldChannelAffine, FoldConstantsNumpy, LegalizeDynamicSlices
+from .importer_fixes import (LiftMinMaxCallTIR, RemoveIdentityBroadcast, RemoveInferenceDropout,
+                             SumOfStackToAdd)
+from .layout import ConvertLayoutNHWC
+from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants
 
-__all__ = ["ConvertLayoutNHWC", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR", "MaterializeEmptyConstants", "RemoveIdentityBroadcast",
-           "RemoveInferenceDropout", "SumOfStackToAdd"]
+__all__ = ["ConvertLayoutNHWC", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
+           "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
+           "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
+           "SumOfStackToAdd"]

@@ -15,7 +15,7 @@ import tvm
 import tvm_ffi
 from tvm.relax.dpl import is_op, wildcard
 
-from .pattern_rewrite import rewrite_module
+from ..pattern_rewrite import rewrite_module
 
 
 def _shape(expr):

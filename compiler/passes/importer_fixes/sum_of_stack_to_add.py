@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from .pattern_rewrite import rewrite_module
+from ..pattern_rewrite import rewrite_module
 
 
 def _int_list(value) -> list[int] | None:

@@ -27,7 +27,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from .pattern_rewrite import rewrite_module
+from ..pattern_rewrite import rewrite_module
 
 MAX_ROUNDS = 8
 

@@ -17,7 +17,7 @@ from tvm import relax, s_tir, tirx
 from tvm.ir import TensorLoad
 from tvm.relax.dpl import is_op, wildcard
 
-from .pattern_rewrite import rewrite_module
+from ..pattern_rewrite import rewrite_module
 
 
 def _minmax_kind(func: tirx.PrimFunc) -> str | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tvm
 from tvm.relax.dpl import is_op, is_tuple_get_item, wildcard
 
-from .pattern_rewrite import rewrite_module
+from ..pattern_rewrite import rewrite_module
 
 
 @tvm.transform.module_pass(opt_level=0, name="RemoveInferenceDropout")

@@ -1,0 +1,19 @@
+"""Clean-ups of TVM's ONNX importer output that kept ConvertLayout from converting whole graphs
+(each module says which model it kept in NCHW)."""
+
+from __future__ import annotations
+
+from ..step import Step
+from .lift_minmax_call_tir import LiftMinMaxCallTIR
+from .remove_identity_broadcast import RemoveIdentityBroadcast
+from .remove_inference_dropout import RemoveInferenceDropout
+from .sum_of_stack_to_add import SumOfStackToAdd
+
+
+def steps() -> list[Step]:
+    return [Step(LiftMinMaxCallTIR(), 2), Step(SumOfStackToAdd(), 2),
+            Step(RemoveIdentityBroadcast(), 2), Step(RemoveInferenceDropout(), 2)]
+
+
+__all__ = ["LiftMinMaxCallTIR", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
+           "SumOfStackToAdd", "steps"]

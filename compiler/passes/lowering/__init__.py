@@ -1,0 +1,39 @@
+"""Relax ops to TIR kernels, fused: index guards and float32 accumulation first (correctness),
+then TVM's dispatch, legalization (with our exact min/max and vector math) and fusion."""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from aotc.options import CompileOptions
+
+from ...lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
+from ...lower.vector_math import LEGALIZE_MAP as VECTOR_MATH
+from ..step import REQUIRED, Step, enabled
+from .guard_indices import GuardIndices
+from .half_in_float32 import HalfInFloat32
+from .materialize_empty_constants import MaterializeEmptyConstants
+
+# Not a pass of its own: the float32 exp/erf/tanh/sigmoid entries of LegalizeOps' map.
+VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
+
+
+def steps(options: CompileOptions) -> list[Step]:
+    legalize_map = dict(EXACT_MINMAX)
+    if enabled(VECTOR_MATH_NAME, VECTOR_MATH_LEVEL, options):
+        legalize_map.update(VECTOR_MATH)
+    return [Step(GuardIndices(), REQUIRED, "out-of-range indices must not touch memory"),
+            Step(HalfInFloat32(), REQUIRED, "float16/bfloat16 accumulation loses accuracy"),
+            # sort, top-k, cumsum/cumprod and sampling to TOPI kernels, as TVM's CPU pipeline
+            # does before legalization (without: "CodeGenVM cannot emit").
+            Step(relax.backend.DispatchSampling(), REQUIRED, "codegen cannot emit sampling ops"),
+            Step(relax.backend.DispatchSortScan(), REQUIRED, "codegen cannot emit sort/scan ops"),
+            Step(relax.transform.LegalizeOps(legalize_map), REQUIRED, "ops become kernels here"),
+            Step(relax.transform.AnnotateTIROpPattern(), REQUIRED, "fusion reads the patterns"),
+            Step(relax.transform.FoldConstant(), 1),
+            Step(relax.transform.FuseOps(), 1),
+            Step(relax.transform.FuseTIR(), 1)]
+
+
+__all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "VECTOR_MATH_LEVEL",
+           "VECTOR_MATH_NAME", "steps"]
