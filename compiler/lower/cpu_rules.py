@@ -5,6 +5,7 @@ Why our own: TVM 0.27's CPU pipeline leaves conv2d and matmul as naive loop nest
 register-blocked schedule without any measurement, so that a compile is fast and deterministic.
 
 Rules are tried in order; the first that accepts a PrimFunc schedules it:
+  0. ``Attention``: the one-kernel attention FuseAttention makes (cpu_attention.py).
   1. ``Contraction``: one multiply-accumulate reduction (conv2d in NHWC/HWIO, matmul, batch
      matmul) with injective producers and epilogues. Register-blocks the two innermost output
      axes, vectorizes the innermost (which is contiguous in the output and in the weight).
@@ -19,11 +20,12 @@ is innermost in both the output and the weight, which is what ``Contraction`` ve
 
 from __future__ import annotations
 
+from .cpu_attention import Attention
 from .cpu_blocks import schedule_injective_block, touches_bool, vector_lanes
 from .cpu_contraction import Contraction
 from .cpu_generic import Generic, RowReduction, inline_injective_chains
 
-RULES = (Contraction(), RowReduction(), Generic())
+RULES = (Attention(), Contraction(), RowReduction(), Generic())
 
-__all__ = ["Contraction", "Generic", "RULES", "RowReduction", "inline_injective_chains",
+__all__ = ["Attention", "Contraction", "Generic", "RULES", "RowReduction", "inline_injective_chains",
            "schedule_injective_block", "touches_bool", "vector_lanes"]

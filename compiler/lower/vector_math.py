@@ -21,7 +21,6 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te, tirx, topi
 
-from .exact_minmax import _reduce
 
 
 def _fast_exp(x: te.Tensor) -> te.Tensor:
@@ -41,9 +40,12 @@ def _fast_sigmoid(x: te.Tensor) -> te.Tensor:
 
 
 def _softmax(x: te.Tensor, axis: int) -> te.Tensor:
-    """exp(x - max) / sum, with the exact -inf identity for the max (see exact_minmax)."""
+    """exp(x - max) / sum. The max keeps TVM's finite identity (-3.4e38), unlike exact_minmax:
+    here it gives the same result (a row of only -inf is NaN either way, any other row has a
+    max of its own), and rfactor, which vectorizes the row max in the one-kernel attention,
+    only knows the built-in reducers."""
     axis = axis % len(x.shape)
-    top = _reduce("max", x, [axis], True)
+    top = topi.max(x, axis=axis, keepdims=True)
     shifted = te.compute(x.shape, lambda *i: x(*i) - top(*_at_zero(i, axis)), name="shifted")
     exp = topi.fast_exp(shifted)
     total = topi.sum(exp, axis=axis, keepdims=True)

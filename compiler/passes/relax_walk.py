@@ -53,3 +53,19 @@ def mutate_if_any(mod: tvm.IRModule, predicate: Callable[[relax.Expr], bool],
     if not any_expr(mod, predicate):
         return mod
     return mutate_functions(mod, make_mutator(mod))
+
+
+def single_use_values(mod: tvm.IRModule) -> set:
+    """Values bound to dataflow variables that exactly one binding reads (outputs excluded)."""
+    single = set()
+    for _, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        values = relax.analysis.get_var2val(func)
+        for block in getattr(func.body, "blocks", []):
+            if not isinstance(block, relax.DataflowBlock):
+                continue
+            for var, users in relax.analysis.udchain(block).items():
+                if isinstance(var, relax.DataflowVar) and len(users) == 1 and var in values:
+                    single.add(values[var])
+    return single

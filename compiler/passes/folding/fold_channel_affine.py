@@ -28,6 +28,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..pattern_rewrite import rewrite_module
+from ..relax_walk import single_use_values
 
 MAX_ROUNDS = 8
 
@@ -170,22 +171,6 @@ class _Rules:
                             _const_like(_value(first) + _value(second), first))
 
 
-def _single_use_values(mod: tvm.IRModule) -> set:
-    """Values bound to dataflow variables that exactly one binding reads (outputs excluded)."""
-    single = set()
-    for _, func in mod.functions_items():
-        if not isinstance(func, relax.Function):
-            continue
-        values = relax.analysis.get_var2val(func)
-        for block in getattr(func.body, "blocks", []):
-            if not isinstance(block, relax.DataflowBlock):
-                continue
-            for var, users in relax.analysis.udchain(block).items():
-                if isinstance(var, relax.DataflowVar) and len(users) == 1 and var in values:
-                    single.add(values[var])
-    return single
-
-
 @tvm.transform.module_pass(opt_level=0, name="FoldChannelAffine")
 class FoldChannelAffine:
     """See the module docstring."""
@@ -196,7 +181,7 @@ class FoldChannelAffine:
         for _round in range(MAX_ROUNDS):
             fired = rules.fired
             for pattern, rewriter in patterns:
-                rules.single_use = _single_use_values(mod)
+                rules.single_use = single_use_values(mod)
                 mod = rewrite_module(mod, pattern, rewriter)
             if rules.fired == fired:
                 break

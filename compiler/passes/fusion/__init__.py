@@ -1,12 +1,13 @@
-"""Fusion patterns beyond TVM's FuseOps."""
+"""Fusion patterns beyond TVM's FuseOps: attention as one kernel."""
 
 from __future__ import annotations
 
 from ..step import Step
+from .attention import FuseAttention
 
 
 def steps() -> list[Step]:
-    return []
+    return [Step(FuseAttention(), 2)]
 
 
-__all__ = ["steps"]
+__all__ = ["FuseAttention", "steps"]

@@ -1,0 +1,170 @@
+"""``Attention``: the default CPU schedule of the kernel FuseAttention makes (scores = Q @ Kt,
+scale and mask, softmax over the keys, out = probabilities @ V, in one PrimFunc).
+
+Parallel over (batch, head, block of query rows); under each block the scores, the softmax and
+the weighted sum of that block's rows are computed one after the other in buffers of
+``rows x keys`` floats, which stay in L1, instead of three kernels passing the whole score
+matrix through memory. Both products are register-tiled and vectorized over their contiguous
+axis (keys for the scores, the head dim for the output); the key count is a whole number of
+vectors (FuseAttention pads it)."""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.s_tir.schedule import ScheduleError
+from tvm.target import Target
+
+from .cpu_blocks import _extent, vector_lanes
+from .cpu_contraction import _is_multiply_accumulate
+
+ROWS = 8  # query rows per parallel task (FuseAttention pads the rows to a multiple of 8)
+OUT_VECTORS = 16  # accumulators of the output tile: ROWS x (OUT_VECTORS / ROWS) vectors
+
+
+def _static(info) -> bool:
+    return all(isinstance(d, (int, tirx.IntImm)) for d in info.dom())
+
+
+def _attention_blocks(sch: s_tir.Schedule):
+    """(scores block, output block, the blocks between) or None when the kernel is not
+    matmul -> (injective)* -> max -> ... -> sum -> ... -> matmul."""
+    infos = normalize_prim_func(sch)
+    if not infos:
+        return None
+    reductions = [i for i, info in enumerate(infos) if not info.is_injective()]
+    if len(reductions) != 4 or not all(_static(info) for info in infos):
+        return None
+    first, last = infos[reductions[0]], infos[reductions[-1]]
+    macs = [_is_multiply_accumulate(sch.get(infos[i].block_rv)) for i in reductions]
+    if macs != [True, False, False, True] or reductions[0] != 0:
+        return None
+    return first, last, infos[reductions[0] + 1:reductions[-1]], infos[reductions[-1] + 1:]
+
+
+class Attention(ScheduleRule):
+    """See the module docstring."""
+
+    def apply(self, func, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        found = _attention_blocks(sch)
+        if found is None:
+            return None
+        scores, out, middle, epilogues = found
+        lanes = vector_lanes(target, sch.get(out.block_rv).writes[0].source.dtype.bits)
+        *batch, rows, cols, keys = sch.get_loops(out.block_rv)
+        if _extent(sch, keys) % lanes or _extent(sch, cols) % lanes:
+            return None
+        row_out, row_in = sch.split(rows, factors=[None, ROWS])
+        col_tile = lanes * max(1, min(_extent(sch, cols) // lanes, OUT_VECTORS // ROWS))
+        col_tiles, col_out, col_in = sch.split(cols, factors=[None, col_tile // lanes, lanes])
+        sch.reorder(*batch, row_out, col_tiles, keys, row_in, col_out, col_in)
+        task = sch.fuse(*batch, row_out)
+        sch.parallel(task)
+        write_back = sch.cache_write(out.block_rv, 0, "global")
+        for block in epilogues:
+            try:
+                sch.reverse_compute_inline(block.block_rv)
+            except ScheduleError:
+                return None
+        # at the column tile: the accumulators are indexed by constants after unrolling, so
+        # LLVM keeps them in registers
+        sch.reverse_compute_at(write_back, col_tiles, preserve_unit_loops=True)
+        schedule_injective_tail(sch, write_back, lanes)
+        kept, partials = [], []
+        for block in self._inline_cheap_blocks(sch, middle, out):
+            if _is_reduction(sch, block):
+                partial = _split_row_reduction(sch, block, lanes)
+                if partial is not None:
+                    kept.append(partial)
+                    partials.append(partial)
+            kept.append(block)
+        for block in reversed([scores.block_rv] + kept):
+            sch.compute_at(block, task, preserve_unit_loops=True)
+        for block in kept:
+            if any(sch.get(block).same_as(sch.get(p)) for p in partials):
+                _vectorize_partial(sch, block)
+            elif not _is_reduction(sch, block):
+                schedule_injective_tail(sch, block, lanes)
+        self._tile_scores(sch, scores.block_rv, lanes)
+        sch.unroll(row_in)
+        sch.unroll(col_out)
+        sch.vectorize(col_in)
+        sch.decompose_reduction(out.block_rv, keys)
+        return sch
+
+    @staticmethod
+    def _inline_cheap_blocks(sch, middle, out):
+        """Inline the injective blocks read by one block (``x - max`` into exp); keep the ones
+        read twice (the scaled scores: by max and exp; exp: by sum and the normalization) and
+        the probabilities the output product reads."""
+        kept = []
+        out_name = sch.get(out.block_rv).name_hint
+        for info in middle:
+            block = info.block_rv
+            consumers = sch.get_consumers(block)
+            feeds_out = any(sch.get(c).name_hint == out_name for c in consumers)
+            if info.is_injective() and len(consumers) == 1 and not feeds_out:
+                try:
+                    sch.compute_inline(block)
+                    continue
+                except ScheduleError:
+                    pass
+            kept.append(block)
+        return kept
+
+    @staticmethod
+    def _tile_scores(sch, block, lanes: int) -> None:
+        """rows x one vector of keys accumulated across the head dim in a register tile, then
+        written to the row block's scores."""
+        rows, cols, depth = sch.get_loops(block)[-3:]
+        col_out, col_in = sch.split(cols, factors=[None, lanes])
+        sch.reorder(col_out, depth, rows, col_in)
+        write_back = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(write_back, col_out, preserve_unit_loops=True)
+        schedule_injective_tail(sch, write_back, lanes)
+        sch.unroll(rows)
+        sch.vectorize(col_in)
+        sch.decompose_reduction(block, depth)
+
+
+def _split_row_reduction(sch, block, lanes: int):
+    """max / sum over the keys as ``lanes`` partial results (one vector) and then one short
+    reduction: a scalar chain over the keys runs at one add or max per 4 cycles of latency.
+    Returns the partial block (None when rfactor does not take the reducer). At root: rfactor
+    refuses a loop that other blocks share."""
+    reduce = sch.get_loops(block)[-1]
+    _, lane = sch.split(reduce, factors=[None, lanes])
+    try:
+        return sch.rfactor(lane, factor_axis=len(sch.get(block).writes[0].region))
+    except ScheduleError:  # a reducer rfactor does not recognize: stays scalar
+        return None
+
+
+def _vectorize_partial(sch, block) -> None:
+    """The partial max/sum block computed at the task loop: (lane, ..., row, chunk) loops
+    become (row, chunk, lane) with the lanes in one vector register."""
+    loops = sch.get_loops(block)
+    lane, *_, row, chunk = loops[1:]
+    sch.reorder(row, chunk, lane)
+    sch.vectorize(lane)
+    sch.decompose_reduction(block, chunk)
+
+
+def _is_reduction(sch, block) -> bool:
+    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+
+
+def schedule_injective_tail(sch, block, lanes: int) -> None:
+    """Vectorize the innermost loop of a block computed under the task loop in whole
+    vectors."""
+    loops = sch.get_loops(block)
+    inner = loops[-1]
+    if _extent(sch, inner) % lanes == 0 and _extent(sch, inner) > lanes:
+        _, inner = sch.split(inner, factors=[None, lanes])
+    if _extent(sch, inner) % lanes == 0:
+        sch.vectorize(inner)
+

@@ -1,0 +1,103 @@
+"""FuseAttention: softmax(Q @ Kt * scale + mask) @ V becomes one primitive function (one kernel
+after FuseTIR); ragged key counts are padded to whole vectors and ragged query counts to whole
+row blocks, and the numbers stay the same; chains it must not touch are left alone."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from aotc.compiler.passes.fusion import FuseAttention
+from aotc.compiler.passes.fusion.attention import PATTERN_NAME
+
+RNG = np.random.default_rng(0)
+TARGET = tvm.target.Target({"kind": "llvm"})
+
+
+def _attention_module(queries, keys, mask_shape=None, scale="divide", probs_out=False,
+                      axis=-1):
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((2, 3, queries, 16), "float32"))
+    kt = relax.Var("kt", relax.TensorType((2, 3, 16, keys), "float32"))
+    v = relax.Var("v", relax.TensorType((2, 3, keys, 8), "float32"))
+    params = [q, kt, v]
+    mask = None
+    if mask_shape is not None:
+        mask = relax.Var("mask", relax.TensorType(mask_shape, "float32"))
+        params.append(mask)
+    with bb.function("main", params):
+        with bb.dataflow():
+            s = bb.emit(relax.op.matmul(q, kt))
+            if scale == "divide":
+                s = bb.emit(relax.op.divide(s, relax.const(4.0, "float32")))
+            elif scale == "multiply":
+                s = bb.emit(relax.op.multiply(relax.const(0.25, "float32"), s))
+            if mask is not None:
+                s = bb.emit(relax.op.add(s, mask))
+            p = bb.emit(relax.op.nn.softmax(s, axis=axis))
+            o = bb.emit(relax.op.matmul(p, v))
+            out = bb.emit_output(relax.Tuple([o, p]) if probs_out else o)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _inputs(mod):
+    arrays = []
+    for index, param in enumerate(mod["main"].params):
+        shape = [int(d) for d in param.ty.shape.values]
+        if index == 3:  # the mask: -inf for some keys
+            arrays.append(np.where(RNG.random(shape) < 0.3, -np.inf, 0).astype(np.float32))
+            arrays[-1][..., 0] = 0  # every row keeps one key
+        else:
+            arrays.append(RNG.standard_normal(shape).astype(np.float32))
+    return arrays
+
+
+def _run(mod, arrays):
+    vm = relax.VirtualMachine(tvm.compile(mod, target=TARGET), tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
+    return out.numpy()
+
+
+def _attention_functions(mod):
+    return [gv.name_hint for gv, f in mod.functions_items()
+            if isinstance(f, relax.Function) and f.attrs is not None
+            and f.attrs.get("Composite") == PATTERN_NAME]
+
+
+def _main_ops(mod):
+    names = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name) if isinstance(
+        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
+    return names
+
+
+@pytest.mark.parametrize("queries, keys, mask_shape, scale", [
+    (197, 197, (1, 1, 197, 197), "divide"),   # ragged: padded rows and keys, full mask
+    (128, 128, None, "multiply"),             # whole vectors: nothing to pad
+    (13, 29, (29,), None),                    # mask broadcast over rows, no scale
+])
+def test_attention_becomes_one_function_with_the_same_numbers(queries, keys, mask_shape, scale):
+    before = _attention_module(queries, keys, mask_shape, scale)
+    after = FuseAttention()(before)
+    assert len(_attention_functions(after)) == 1
+    ops = _main_ops(after)
+    assert "relax.nn.softmax" not in ops and "relax.matmul" not in ops
+    padded = keys % 16 != 0 or queries % 8 != 0
+    assert ("relax.nn.pad" in ops) == padded
+    assert ("relax.strided_slice" in ops) == (queries % 8 != 0)
+    arrays = _inputs(before)
+    np.testing.assert_allclose(_run(after, arrays), _run(before, arrays),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_probabilities_read_elsewhere_are_not_fused():
+    before = _attention_module(197, 197, scale="divide", probs_out=True)
+    after = FuseAttention()(before)
+    assert _attention_functions(after) == []
+    assert "relax.nn.pad" not in _main_ops(after)  # no second, padded copy of the chain
+
+
+def test_softmax_over_another_axis_is_not_attention():
+    after = FuseAttention()(_attention_module(16, 16, axis=2))
+    assert _attention_functions(after) == []

@@ -1,0 +1,78 @@
+"""One-kernel attention end to end: ONNX attention graphs (scale, causal mask, ragged and whole
+sequence lengths) compile to one attention kernel that the Attention rule schedules, and match
+onnxruntime; the rule's schedule keeps the score matrix to one row block per parallel task."""
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from aotc.compiler.lower.cpu_rules import Attention
+from aotc.compiler.passes.fusion import FuseAttention
+from aotc.targets import resolve
+from helpers import check_against_onnxruntime
+
+TARGET = tvm.target.Target(resolve("x86").tvm_target)
+
+
+def _attention_onnx(path, seq, heads=3, dim=16, causal=True):
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Div", ["s", "scale"], ["ss"])]
+    inits = [numpy_helper.from_array(np.array(dim ** 0.5, np.float32), "scale")]
+    last = "ss"
+    if causal:
+        mask = np.triu(np.full((seq, seq), -np.inf, np.float32), k=1)
+        inits.append(numpy_helper.from_array(mask, "mask"))
+        nodes.append(helper.make_node("Add", ["ss", "mask"], ["sm"]))
+        last = "sm"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    shape = [1, heads, seq, dim]
+    graph = helper.make_graph(
+        nodes, "attention", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+                             for n in ("q", "k", "v")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("seq, causal", [(197, False), (128, True), (13, True)])
+def test_attention_is_one_kernel_and_matches_onnxruntime(seq, causal, tmp_path):
+    path = _attention_onnx(tmp_path / f"attention{seq}.onnx", seq, causal=causal)
+    model, _ = check_against_onnxruntime(path, tmp_path, rtol=1e-5, atol=1e-5)
+    kernels = [k["name"] for k in model.metadata["kernels"]]
+    assert sum("softmax" in name for name in kernels) == 1, kernels
+    assert not any(name in ("softmax", "matmul1", "matmul2") for name in kernels)
+
+
+def _fused_attention_primfunc(seq):
+    q = relax.Var("q", relax.TensorType((1, 2, seq, 64), "float32"))
+    kt = relax.Var("kt", relax.TensorType((1, 2, 64, seq), "float32"))
+    v = relax.Var("v", relax.TensorType((1, 2, seq, 64), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [q, kt, v]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.divide(relax.op.matmul(q, kt), relax.const(8.0, "float32")))
+            out = bb.emit_output(relax.op.matmul(relax.op.nn.softmax(s, axis=-1), v))
+        bb.emit_func_output(out)
+    mod = FuseAttention()(bb.get())
+    for pass_ in (relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+                  relax.transform.FuseOps(), relax.transform.FuseTIR()):
+        mod = pass_(mod)
+    return [f for gv, f in mod.functions_items()
+            if isinstance(f, tvm.tirx.PrimFunc) and "softmax" in gv.name_hint][0]
+
+
+def test_attention_rule_keeps_scores_per_row_block():
+    with TARGET:
+        sch = Attention().apply(_fused_attention_primfunc(128), TARGET, False)
+    assert sch is not None
+    root_loops = sch.get_loops(sch.get_sblock("matmul1_update"))
+    assert sch.get(root_loops[0]).kind == tvm.tirx.ForKind.PARALLEL
+    # every block of the kernel sits under the one parallel loop: the scores, softmax and
+    # output of a row block are computed there, not as passes over the whole matrix
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        assert sch.get(sch.get_loops(block)[0]).same_as(sch.get(root_loops[0]))
