@@ -18,6 +18,8 @@ from tvm.target import Target
 
 from .cpu_blocks import _extent, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
+from .cpu_rows import (is_reduction, schedule_injective_tail, split_row_reduction,
+                       vectorize_partial)
 
 ROWS = 8  # query rows per parallel task (FuseAttention pads the rows to a multiple of 8)
 OUT_VECTORS = 16  # accumulators of the output tile: ROWS x (OUT_VECTORS / ROWS) vectors
@@ -76,8 +78,8 @@ class Attention(ScheduleRule):
         schedule_injective_tail(sch, write_back, lanes)
         kept, partials = [], []
         for block in self._inline_cheap_blocks(sch, middle, out):
-            if _is_reduction(sch, block):
-                partial = _split_row_reduction(sch, block, lanes)
+            if is_reduction(sch, block):
+                partial = split_row_reduction(sch, block, lanes)
                 if partial is not None:
                     kept.append(partial)
                     partials.append(partial)
@@ -86,8 +88,8 @@ class Attention(ScheduleRule):
             sch.compute_at(block, task, preserve_unit_loops=True)
         for block in kept:
             if any(sch.get(block).same_as(sch.get(p)) for p in partials):
-                _vectorize_partial(sch, block)
-            elif not _is_reduction(sch, block):
+                vectorize_partial(sch, block)
+            elif not is_reduction(sch, block):
                 schedule_injective_tail(sch, block, lanes)
         self._tile_scores(sch, scores.block_rv, lanes)
         sch.unroll(row_in)
@@ -129,42 +131,3 @@ class Attention(ScheduleRule):
         sch.unroll(rows)
         sch.vectorize(col_in)
         sch.decompose_reduction(block, depth)
-
-
-def _split_row_reduction(sch, block, lanes: int):
-    """max / sum over the keys as ``lanes`` partial results (one vector) and then one short
-    reduction: a scalar chain over the keys runs at one add or max per 4 cycles of latency.
-    Returns the partial block (None when rfactor does not take the reducer). At root: rfactor
-    refuses a loop that other blocks share."""
-    reduce = sch.get_loops(block)[-1]
-    _, lane = sch.split(reduce, factors=[None, lanes])
-    try:
-        return sch.rfactor(lane, factor_axis=len(sch.get(block).writes[0].region))
-    except ScheduleError:  # a reducer rfactor does not recognize: stays scalar
-        return None
-
-
-def _vectorize_partial(sch, block) -> None:
-    """The partial max/sum block computed at the task loop: (lane, ..., row, chunk) loops
-    become (row, chunk, lane) with the lanes in one vector register."""
-    loops = sch.get_loops(block)
-    lane, *_, row, chunk = loops[1:]
-    sch.reorder(row, chunk, lane)
-    sch.vectorize(lane)
-    sch.decompose_reduction(block, chunk)
-
-
-def _is_reduction(sch, block) -> bool:
-    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
-
-
-def schedule_injective_tail(sch, block, lanes: int) -> None:
-    """Vectorize the innermost loop of a block computed under the task loop in whole
-    vectors."""
-    loops = sch.get_loops(block)
-    inner = loops[-1]
-    if _extent(sch, inner) % lanes == 0 and _extent(sch, inner) > lanes:
-        _, inner = sch.split(inner, factors=[None, lanes])
-    if _extent(sch, inner) % lanes == 0:
-        sch.vectorize(inner)
-

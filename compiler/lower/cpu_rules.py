@@ -9,8 +9,9 @@ Rules are tried in order; the first that accepts a PrimFunc schedules it:
   1. ``Contraction``: one multiply-accumulate reduction (conv2d in NHWC/HWIO, matmul, batch
      matmul) with injective producers and epilogues. Register-blocks the two innermost output
      axes, vectorizes the innermost (which is contiguous in the output and in the weight).
-  2. ``RowReduction`` (dlight's CPU ``Reduction``, guarded): softmax / layer norm style row
-     reductions.
+  2. ``RowWise``: softmax / layer norm style row reductions over the innermost axis, parallel
+     over rows, reductions vectorized (cpu_rows.py); ``RowReduction`` (dlight's CPU
+     ``Reduction``, guarded) takes the ones it refuses.
   3. ``Generic``: anything else (pooling, means, elementwise, layout changes): every block is
      parallelized over its outer spatial loops and vectorized on its innermost loop when that
      loop is spatial.
@@ -23,9 +24,10 @@ from __future__ import annotations
 from .cpu_attention import Attention
 from .cpu_blocks import schedule_injective_block, touches_bool, vector_lanes
 from .cpu_contraction import Contraction
+from .cpu_rows import RowWise
 from .cpu_generic import Generic, RowReduction, inline_injective_chains
 
-RULES = (Attention(), Contraction(), RowReduction(), Generic())
+RULES = (Attention(), Contraction(), RowWise(), RowReduction(), Generic())
 
-__all__ = ["Attention", "Contraction", "Generic", "RULES", "RowReduction", "inline_injective_chains",
+__all__ = ["Attention", "Contraction", "RowWise", "Generic", "RULES", "RowReduction", "inline_injective_chains",
            "schedule_injective_block", "touches_bool", "vector_lanes"]

@@ -1,0 +1,158 @@
+"""Row-wise kernels on the CPU: softmax, layer norm, RMS norm and the like, where every block
+either reduces the innermost axis of a row or maps it elementwise. Shared with ``Attention``,
+which computes its softmax the same way under its row blocks.
+
+``RowWise`` parallelizes over the rows (the leading axes all blocks share) and computes every
+block of a row under that loop, so a row is read from L1 after its first pass; each reduction
+over the row is split into one vector of partial results (rfactor) and a 16-element tail, and
+the elementwise passes are vectorized. dlight's CPU Reduction, which it replaces where it
+applies, left the reductions as scalar chains: BERT's layer norm over 128 x 768 took 0.10 ms
+(10 GFLOP/s)."""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.s_tir.schedule import ScheduleError
+from tvm.target import Target
+
+from .cpu_blocks import _extent, touches_bool, vector_lanes
+
+
+class RowWise(ScheduleRule):
+    """See the module docstring."""
+
+    def apply(self, func, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        if not _reductions_read_rows(sch):
+            return None
+        try:
+            return self._schedule(sch, target)
+        except ScheduleError:
+            return None
+
+    def _schedule(self, sch, target):
+        infos = normalize_prim_func(sch)
+        if not infos or len(infos) < 2 or not infos[-1].is_injective():
+            return None
+        if not any(not info.is_injective() for info in infos):
+            return None
+        if not all(isinstance(d, (int, tirx.IntImm)) for i in infos for d in i.dom()):
+            return None
+        rows = _shared_row_axes(infos)
+        if rows == 0:
+            return None
+        last = infos[-1].block_rv
+        if touches_bool(sch, last):
+            return None
+        lanes = vector_lanes(target, sch.get(last).writes[0].source.dtype.bits)
+        kept, partials = [], []
+        for info in infos[:-1]:
+            block = info.block_rv
+            if info.is_injective() and len(sch.get_consumers(block)) == 1:
+                try:
+                    sch.compute_inline(block)
+                    continue
+                except ScheduleError:
+                    pass
+            if not info.is_injective():
+                if info.dom_kind()[-1] != "R" or info.dom_kind().count("R") != 1:
+                    return None
+                partial = split_row_reduction(sch, block, lanes)
+                if partial is not None:
+                    kept.append(partial)
+                    partials.append(partial)
+            kept.append(block)
+        row_loops = sch.get_loops(last)[:rows]
+        task = sch.fuse(*row_loops) if rows > 1 else row_loops[0]
+        sch.parallel(task)
+        for block in reversed(kept):
+            sch.compute_at(block, task, preserve_unit_loops=True)
+        schedule_injective_tail(sch, last, lanes)
+        for block in kept:
+            if any(sch.get(block).same_as(sch.get(p)) for p in partials):
+                vectorize_partial(sch, block)
+            elif not is_reduction(sch, block):
+                schedule_injective_tail(sch, block, lanes)
+        return sch
+
+
+def _reductions_read_rows(sch) -> bool:
+    """Every reduction reduces the innermost dim of what it reads, and only that dim (a spatial
+    mean in NHWC reduces H and W across the contiguous channels: Generic's case)."""
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        stmt = sch.get(block)
+        reduce_vars = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+        if not reduce_vars:
+            continue
+        along_rows = False
+        for region in stmt.reads:
+            if region.source.same_as(stmt.writes[0].source):
+                continue
+            for position, dim in enumerate(region.region):
+                used = tirx.analysis.undefined_vars(dim.min)
+                if any(u.same_as(v) for u in used for v in reduce_vars):
+                    if position != len(region.region) - 1:
+                        return False
+                    along_rows = True
+        if not along_rows:
+            return False
+    return True
+
+
+def _shared_row_axes(infos) -> int:
+    """How many leading spatial axes (same extents) every block has: the rows."""
+    leading = []
+    for info in infos:
+        kinds = info.dom_kind()
+        count = len(kinds) - len(kinds.lstrip("S"))
+        leading.append([int(d) for d in info.dom()[:count]])
+    shared = 0
+    while all(len(axes) > shared for axes in leading) and \
+            len({axes[shared] for axes in leading}) == 1:
+        shared += 1
+    return shared
+
+
+def split_row_reduction(sch, block, lanes: int):
+    """max / sum over the keys as ``lanes`` partial results (one vector) and then one short
+    reduction: a scalar chain over the keys runs at one add or max per 4 cycles of latency.
+    Returns the partial block (None when rfactor does not take the reducer). At root: rfactor
+    refuses a loop that other blocks share."""
+    reduce = sch.get_loops(block)[-1]
+    if _extent(sch, reduce) % lanes:
+        return None
+    _, lane = sch.split(reduce, factors=[None, lanes])
+    try:
+        return sch.rfactor(lane, factor_axis=len(sch.get(block).writes[0].region))
+    except ScheduleError:  # a reducer rfactor does not recognize: stays scalar
+        return None
+
+
+def vectorize_partial(sch, block) -> None:
+    """The partial max/sum block computed at the task loop: (lane, ..., row, chunk) loops
+    become (row, chunk, lane) with the lanes in one vector register."""
+    loops = sch.get_loops(block)
+    lane, *_, row, chunk = loops[1:]
+    sch.reorder(row, chunk, lane)
+    sch.vectorize(lane)
+    sch.decompose_reduction(block, chunk)
+
+
+def is_reduction(sch, block) -> bool:
+    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+
+
+def schedule_injective_tail(sch, block, lanes: int) -> None:
+    """Vectorize the innermost loop of a block computed under the task loop in whole
+    vectors."""
+    loops = sch.get_loops(block)
+    inner = loops[-1]
+    if _extent(sch, inner) % lanes == 0 and _extent(sch, inner) > lanes:
+        _, inner = sch.split(inner, factors=[None, lanes])
+    if _extent(sch, inner) % lanes == 0:
+        sch.vectorize(inner)
+
