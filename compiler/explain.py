@@ -7,14 +7,29 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import tvm
-
-from .passes.relax_walk import op_calls
+from tvm import relax
 
 
 def op_counts(mod: tvm.IRModule) -> Counter:
     """Calls per Relax op (``call_tir`` counted by callee kind, not name) in every Relax
-    function."""
-    return Counter(call.op.name.removeprefix("relax.") for call in op_calls(mod))
+    function; a group a fusion pattern made (a function with a ``Composite`` attribute) counts
+    as one call of the pattern, e.g. ``aotc.attention``, and its ops are not counted again."""
+    patterns = {gv.name_hint: str(f.attrs["Composite"]) for gv, f in mod.functions_items()
+                if isinstance(f, relax.Function) and f.attrs is not None
+                and "Composite" in f.attrs}
+    counts = Counter()
+
+    def visit(expr):
+        if not isinstance(expr, relax.Call):
+            return
+        if isinstance(expr.op, tvm.ir.Op):
+            counts[expr.op.name.removeprefix("relax.")] += 1
+        elif isinstance(expr.op, tvm.ir.GlobalVar) and expr.op.name_hint in patterns:
+            counts[patterns[expr.op.name_hint]] += 1
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function) and gv.name_hint not in patterns:
+            relax.analysis.post_order_visit(func, visit)
+    return counts
 
 
 def kernel_count(mod: tvm.IRModule) -> int:

@@ -11,7 +11,7 @@ from collections import Counter
 
 import tvm
 
-from .passes.relax_walk import op_calls
+from .relax_walk import op_calls
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 

@@ -14,7 +14,7 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
 from .frontends.relax_shapes import static_values
-from .passes.relax_walk import op_calls
+from .relax_walk import op_calls
 
 _ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 _ALLOC_STORAGE = "relax.memory.alloc_storage"

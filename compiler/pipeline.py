@@ -4,7 +4,8 @@ Phases (names are what --dump-ir and --explain print):
   simplify  run-time slices lowered early (a FoldConstant bug), inference-only decomposition
             (BatchNorm -> scale/shift), constant folding, per-channel scale/shift folded into
             conv/matmul weights, and our clean-up of importer output that would block layout
-            conversion (passes/folding, passes/importer_fixes)
+            conversion (passes/folding, passes/importer_fixes); layout chains collapsed, zero
+            padding folded into convolutions, common subexpressions shared (passes/cleanup)
   layout    conv2d to NHWC data / HWIO weights: the channel axis becomes innermost in both, which
             is what the CPU schedules vectorize; folding then pre-transposes the weights
             (passes/layout)
@@ -42,7 +43,7 @@ from .passes.step import REQUIRED, Step, enabled
 
 
 def simplify(_options: CompileOptions) -> list[Step]:
-    return passes.folding.steps() + passes.importer_fixes.steps()
+    return passes.folding.steps() + passes.importer_fixes.steps() + passes.cleanup.steps()
 
 
 def layout(_options: CompileOptions) -> list[Step]:

@@ -2,19 +2,23 @@
 ``steps()`` returns its passes in order, with the opt level each needs:
   folding/         constants, inference decomposition, BatchNorm into weights
   importer_fixes/  clean-ups of TVM's ONNX importer output that block layout conversion
+  cleanup/         layout chains collapsed, pad folded into conv, CSE, dead code
   layout/          NHWC/HWIO convolutions
   fusion/          patterns FuseOps does not find (attention)
   lowering/        index guards, float32 accumulation, legalization and fusion to TIR
-Helpers shared by the groups: relax_walk (visiting functions), pattern_rewrite, step."""
+Helpers shared by the groups: pattern_rewrite, step (and compiler/relax_walk.py, which the
+compile reports use too)."""
 
-from . import fusion
+from . import cleanup, fusion
 from .folding import FoldChannelAffine, FoldConstantsNumpy, LegalizeDynamicSlices
 from .importer_fixes import (LiftMinMaxCallTIR, RemoveIdentityBroadcast, RemoveInferenceDropout,
                              SumOfStackToAdd)
+from .cleanup import CollapseLayoutChains, FoldPadIntoConv
+from .fusion import FuseAttention
 from .layout import ConvertLayoutNHWC
 from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants
 
-__all__ = ["ConvertLayoutNHWC", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
+__all__ = ["CollapseLayoutChains", "ConvertLayoutNHWC", "FoldPadIntoConv", "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
            "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
            "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
            "SumOfStackToAdd"]

@@ -28,7 +28,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..pattern_rewrite import rewrite_module
-from ..relax_walk import single_use_values
+from ...relax_walk import single_use_values
 
 MAX_ROUNDS = 8
 

@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 
 from ...frontends.relax_shapes import static_shape, static_values
-from ..relax_walk import mutate_functions
+from ...relax_walk import mutate_functions
 
 _MAX_ELEMENTS = 1 << 26  # a broadcast to more than this stays a run-time op
 

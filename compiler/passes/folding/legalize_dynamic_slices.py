@@ -19,7 +19,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..relax_walk import mutate_if_any
+from ...relax_walk import mutate_if_any
 
 OPS = ("relax.dynamic_strided_slice",)
 

@@ -28,7 +28,7 @@ from tvm.script import tirx as T
 
 from aotc.errors import CompileError
 
-from ..relax_walk import mutate_functions
+from ...relax_walk import mutate_functions
 
 # kOpaque in TVM's OpPatternKind: FuseOps leaves the kernel alone, so its serial loop and its
 # assert never end up inside a parallel, vectorized consumer.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..relax_walk import mutate_functions
+from ...relax_walk import mutate_functions
 
 HALF = ("float16", "bfloat16")
 

@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
-from ..relax_walk import mutate_if_any
+from ...relax_walk import mutate_if_any
 
 
 def _empty_kernel(shape: tuple[int, ...], dtype: str) -> tvm.tirx.PrimFunc:

@@ -1,0 +1,104 @@
+"""The clean-up group: CollapseLayoutChains merges reshape chains and composes (or cancels)
+transpose pairs; FoldPadIntoConv moves zero padding of H and W into the convolution, leaving
+other pads alone. Each checks the IR after the pass and equal numbers before and after."""
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from aotc.compiler.passes import CollapseLayoutChains, FoldPadIntoConv
+
+RNG = np.random.default_rng(0)
+TARGET = tvm.target.Target({"kind": "llvm"})
+
+
+def _module(shape, build):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(build(bb, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _ops(mod) -> list[str]:
+    names = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name) if isinstance(
+        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
+    return names
+
+
+def _same_numbers(before, after, shape):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    results = []
+    for mod in (before, after):
+        vm = relax.VirtualMachine(tvm.compile(mod, target=TARGET), tvm.cpu())
+        results.append(vm["main"](tvm.runtime.tensor(x)).numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
+
+
+def test_reshape_chain_becomes_one_reshape():
+    def build(bb, x):
+        y = bb.emit(relax.op.reshape(x, [2, 3, 4, 5]))
+        y = bb.emit(relax.op.squeeze(relax.op.expand_dims(y, 0), [0]))
+        return relax.op.reshape(y, [6, 20])
+    before = _module((120,), build)
+    after = CollapseLayoutChains()(before)
+    assert _ops(after).count("relax.reshape") == 1 and "relax.squeeze" not in _ops(after)
+    _same_numbers(before, after, (120,))
+
+
+def test_transpose_pairs_compose_or_cancel():
+    def cancel(bb, x):
+        y = bb.emit(relax.op.permute_dims(x, [0, 2, 1, 3]))
+        return relax.op.permute_dims(y, [0, 2, 1, 3])
+
+    def compose(bb, x):
+        y = bb.emit(relax.op.permute_dims(x, [0, 2, 1, 3]))
+        return relax.op.permute_dims(y, [0, 1, 3, 2])
+    shape = (2, 3, 4, 5)
+    cancelled = CollapseLayoutChains()(_module(shape, cancel))
+    assert "relax.permute_dims" not in _ops(cancelled)
+    before = _module(shape, compose)
+    after = CollapseLayoutChains()(before)
+    assert _ops(after).count("relax.permute_dims") == 1
+    _same_numbers(before, after, shape)
+
+
+def test_a_transpose_with_another_reader_is_kept():
+    def build(bb, x):
+        y = bb.emit(relax.op.permute_dims(x, [1, 0]))
+        z = bb.emit(relax.op.permute_dims(y, [1, 0]))
+        return relax.op.add(z, relax.op.sum(y))
+    after = CollapseLayoutChains()(_module((3, 4), build))
+    assert _ops(after).count("relax.permute_dims") == 2
+
+
+def _conv_after_pad(pad_width, pad_value=0.0):
+    weight = relax.const(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+
+    def build(bb, x):
+        y = bb.emit(relax.op.nn.pad(x, pad_width, pad_value=pad_value))
+        return relax.op.nn.conv2d(y, weight, padding=[1, 1, 1, 1])
+    return _module((1, 3, 9, 9), build)
+
+
+def test_zero_padding_of_height_and_width_folds_into_the_conv():
+    before = _conv_after_pad([0, 0, 0, 0, 0, 1, 2, 0])  # bottom 1, left 2: asymmetric
+    after = FoldPadIntoConv()(before)
+    assert "relax.nn.pad" not in _ops(after)
+    convs = []
+    relax.analysis.post_order_visit(after["main"], lambda e: convs.append(e) if isinstance(
+        e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    assert [int(p) for p in convs[0].attrs.padding] == [1, 3, 2, 1]
+    _same_numbers(before, after, (1, 3, 9, 9))
+
+
+def test_nonzero_or_channel_padding_stays():
+    nonzero = _conv_after_pad([0, 0, 0, 0, 1, 1, 1, 1], pad_value=1.0)
+    channels = _module((1, 2, 9, 9), lambda bb, x: relax.op.nn.conv2d(
+        bb.emit(relax.op.nn.pad(x, [0, 0, 0, 1, 0, 0, 0, 0])),
+        relax.const(np.ones((4, 3, 3, 3), np.float32))))
+    for module in (nonzero, channels):
+        assert "relax.nn.pad" in _ops(FoldPadIntoConv()(module))
