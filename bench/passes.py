@@ -1,6 +1,6 @@
 """What aotc's pipeline is worth against TVM's default one, and each pass within it.
 
-    python bench/passes.py [--models resnet18,mobilenetv2,bert,light_resnet50] [--rounds 3]
+    python bench/passes.py [--models resnet18,mobilenetv2,bert,vit,light_resnet50] [--rounds 3]
         [--runs 10] [--passes FoldChannelAffine,ConvertLayoutNHWC,...] [--out bench/results/passes.json]
 
 Per model, builds: TVM's default pipeline on aotc's imported Relax (``relax.build`` with
@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_models import median_ms_in_subprocess, source_model  # noqa: E402  pylint: disable=wrong-import-position
 
-DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseOps,ApplyRulesSafely,VectorMath,"
-                  "FoldConstantsNumpy")
+DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseAttention,FuseOps,ApplyRulesSafely,"
+                  "VectorMath,FoldConstantsNumpy")
 TIMER = """
 import json, sys, time, numpy as np
 kind, path, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -143,7 +143,7 @@ def _mb(value) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="resnet18,mobilenetv2,bert,light_resnet50")
+    parser.add_argument("--models", default="resnet18,mobilenetv2,bert,vit,light_resnet50")
     parser.add_argument("--passes", default=DEFAULT_PASSES)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)

@@ -46,6 +46,7 @@ class ApplyRulesSafely:
                 scheduled = self._first_rule_that_works(func, target)
                 updates[gv] = func if scheduled is None else scheduled.with_attr(
                     "tirx.is_scheduled", True)
+        mod = mod.clone()  # the caller's module must not change (passes get it itself)
         for gv, func in updates.items():
             mod[gv] = func
         return mod

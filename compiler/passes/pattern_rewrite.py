@@ -11,6 +11,7 @@ from tvm.relax.dpl import rewrite_call
 def rewrite_module(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
     updates = {gv: rewrite_call(pattern, rewriter, func)
                for gv, func in mod.functions_items() if isinstance(func, relax.Function)}
+    mod = mod.clone()  # a Python module pass gets the caller's module itself: never edit it
     for gv, func in updates.items():
         mod[gv] = func
     return relax.transform.DeadCodeElimination()(mod)

@@ -1,13 +1,14 @@
-"""FuseAttention: softmax(Q @ Kt * scale + mask) @ V becomes one primitive function (one kernel
-after FuseTIR); ragged key counts are padded to whole vectors and ragged query counts to whole
-row blocks, and the numbers stay the same; chains it must not touch are left alone."""
+"""The fusion group. FuseAttention: softmax(Q @ Kt * scale + mask) @ V becomes one primitive
+function (one kernel after FuseTIR); ragged key counts are padded to whole vectors and ragged
+query counts to whole row blocks, and the numbers stay the same; chains it must not touch are
+left alone. CombineProjections: matmuls sharing an input with constant weights become one."""
 
 import numpy as np
 import pytest
 import tvm
 from tvm import relax
 
-from aotc.compiler.passes.fusion import FuseAttention
+from aotc.compiler.passes.fusion import CombineProjections, FuseAttention
 from aotc.compiler.passes.fusion.attention import PATTERN_NAME
 
 RNG = np.random.default_rng(0)
@@ -101,3 +102,47 @@ def test_probabilities_read_elsewhere_are_not_fused():
 def test_softmax_over_another_axis_is_not_attention():
     after = FuseAttention()(_attention_module(16, 16, axis=2))
     assert _attention_functions(after) == []
+
+
+def _parallel_projections(constant_weights=True, biases=False):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((7, 32), "float32"))
+    params = [x]
+    if constant_weights:
+        weights = [relax.const(RNG.standard_normal((32, n)).astype(np.float32))
+                   for n in (48, 48, 16)]
+    else:
+        weights = [relax.Var(f"w{i}", relax.TensorType((32, n), "float32"))
+                   for i, n in enumerate((48, 48, 16))]
+        params += weights
+
+    def project(i):
+        y = relax.op.matmul(x, weights[i])
+        if biases:
+            y = relax.op.add(bb.emit(y), relax.const(RNG.standard_normal(
+                int(weights[i].ty.shape.values[1])).astype(np.float32)))
+        return bb.emit(y)
+    with bb.function("main", params):
+        with bb.dataflow():
+            gate = bb.emit(relax.op.nn.silu(project(0)))
+            up, side = project(1), project(2)
+            out = bb.emit_output(relax.op.concat([relax.op.multiply(gate, up), side], axis=1))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("biases", [False, True])
+def test_projections_sharing_an_input_become_one_matmul(biases):
+    before = _parallel_projections(biases=biases)
+    after = CombineProjections()(before)
+    assert _main_ops(before).count("relax.matmul") == 3
+    assert _main_ops(after).count("relax.matmul") == 1
+    assert _main_ops(after).count("relax.strided_slice") == 3
+    assert _main_ops(after).count("relax.add") == (1 if biases else 0)
+    x = RNG.standard_normal((7, 32)).astype(np.float32)
+    np.testing.assert_allclose(_run(after, [x]), _run(before, [x]), rtol=1e-5, atol=1e-5)
+
+
+def test_run_time_weights_are_not_concatenated():
+    after = CombineProjections()(_parallel_projections(constant_weights=False))
+    assert _main_ops(after).count("relax.matmul") == 3

@@ -1,13 +1,15 @@
-"""Fusion patterns beyond TVM's FuseOps: attention as one kernel."""
+"""Fusion patterns beyond TVM's FuseOps: projections that share an input combined into one
+matmul (Q/K/V, gate/up), attention as one kernel."""
 
 from __future__ import annotations
 
 from ..step import Step
 from .attention import FuseAttention
+from .combine_projections import CombineProjections
 
 
 def steps() -> list[Step]:
-    return [Step(FuseAttention(), 2)]
+    return [Step(CombineProjections(), 2), Step(FuseAttention(), 2)]
 
 
-__all__ = ["FuseAttention", "steps"]
+__all__ = ["CombineProjections", "FuseAttention", "steps"]

@@ -193,6 +193,7 @@ class FuseAttention:
         single_use = single_use_values(mod)
         updates = {gv: pad_attention_keys(func, single_use) for gv, func in mod.functions_items()
                    if isinstance(func, relax.Function)}
+        mod = mod.clone()  # the caller's module must not change (passes get it itself)
         for gv, func in updates.items():
             mod[gv] = func
         mod = relax.transform.DeadCodeElimination()(mod)
