@@ -6,8 +6,8 @@
     outputs = model(input=x)
 """
 
-from .api import compile, load  # pylint: disable=redefined-builtin
+from .api import compile, load, tune  # pylint: disable=redefined-builtin
 from .options import CompileOptions
 
 __version__ = "0.1.0"
-__all__ = ["CompileOptions", "compile", "load", "__version__"]
+__all__ = ["CompileOptions", "compile", "load", "tune", "__version__"]

@@ -10,13 +10,17 @@ from typing import Callable
 def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # pylint: disable=redefined-builtin
             input_shapes: dict[str, tuple[int, ...]] | None = None, example_inputs=None,
             dump_ir: str | Path | None = None, options=None,
+            tuning_logs: list[str | Path] | None = None,
             progress: Callable[[str], None] | None = None) -> dict:
     """Compile an ONNX file / ModelProto, a torch.nn.Module (with ``example_inputs``) or a
     ``.pt2`` ExportedProgram for ``target`` into one shared library at ``output``.
 
     ``options``: an ``aotc.CompileOptions`` (opt level, disabled passes, explain, IR dumps);
-    ``dump_ir`` is a shortcut for its dump folder.
-    Returns the metadata embedded in the library (signature, target, versions, hash...)."""
+    ``dump_ir`` is a shortcut for its dump folder. ``tuning_logs``: tuning logs (``aotc
+    tune``) whose records are applied where workload and target match, on top of the logs
+    shipped in ``tuning_logs/``; the default rules schedule every other kernel.
+    Returns the metadata embedded in the library (signature, target, versions, hash...;
+    ``tuned_kernels`` names the kernels a log scheduled)."""
     import dataclasses
 
     from aotc import settings
@@ -34,7 +38,63 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     options = options or CompileOptions()
     dump = dump_ir or options.dump_ir or settings.DUMP_IR.get() or None
     options = dataclasses.replace(options, dump_ir=Path(dump) if dump else None)
+    logs = _tuning_logs(tuning_logs)
+    if logs and options.schedules is None:
+        import tvm
+
+        from aotc.schedules import TunedSchedules
+        options = dataclasses.replace(
+            options, schedules=TunedSchedules(logs, tvm.target.Target(spec.tvm_target)))
     return build(imported, spec, output, options=options, progress=say)
+
+
+def _tuning_logs(extra) -> list[Path]:
+    """The logs shipped in the tuning_logs package, then the user's (missing ones named)."""
+    import aotc.tuning_logs as package
+    from aotc.errors import CompileError
+    shipped = sorted(Path(package.__file__).parent.glob("*.jsonl"))
+    paths = [Path(p) for p in extra or []]
+    for path in paths:
+        if not path.is_file():
+            raise CompileError(f"tuning log {path}: no such file")
+    return shipped + paths
+
+
+def tune(model, target: str = "x86", trials: int = 64, log: str | Path = "tuning.jsonl", *,
+         input_shapes: dict[str, tuple[int, ...]] | None = None, example_inputs=None,
+         seed: int = 0, options=None, progress: Callable[[str], None] | None = None):
+    """Tune the kernels ``aotc.compile`` would produce for ``model`` on ``target`` and append
+    what beats the default rules to ``log`` (JSON lines; resumable: kernels the log already
+    has a record for are skipped). Returns the tuning report (aotc.schedules.tune.TuneReport)."""
+    import tvm
+
+    from aotc.compiler import import_model
+    from aotc.compiler.lower import default_schedule_pass
+    from aotc.compiler.pipeline import run_phases
+    from aotc.options import CompileOptions
+    from aotc.schedules import extract_tasks, target_key
+    from aotc.schedules import log as tuning_log
+    from aotc.schedules.tune import tune as run_tuner
+    from aotc.targets import resolve
+
+    spec = resolve(target)
+    say = progress or (lambda _msg: None)
+    tvm_target = tvm.target.Target(spec.tvm_target)
+    say("importing model")
+    imported = import_model(model, input_shapes=input_shapes, example_inputs=example_inputs)
+    mod = run_phases(imported.mod, spec, tvm_target, options or CompileOptions(),
+                     lambda p: say(f"phase {p}"), stop_before="schedule")
+    tasks = extract_tasks(mod)
+    done = set(tuning_log.best_records([log], target_key(tvm_target), beating_default=False)) \
+        if Path(log).is_file() else set()
+    todo = [t for t in tasks if t.key not in done]
+    say(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already in {log}")
+
+    def default_schedule(func):
+        with tvm_target:
+            out = default_schedule_pass(spec)(tvm.IRModule({"main": func}))
+        return out["main"]
+    return run_tuner(todo, tvm_target, trials, log, default_schedule, seed=seed, say=say)
 
 
 def load(path: str | Path, verify: bool = True):

@@ -71,8 +71,11 @@ def main(verbose: bool) -> None:
               help="Skip one pass (repeatable; names as --explain prints them).")
 @click.option("--explain", is_flag=True,
               help="Print, pass by pass, the time and what changed (ops, kernels).")
+@click.option("--tuning-log", "tuning_logs", multiple=True, type=click.Path(dir_okay=False),
+              help="Apply the records of this log (aotc tune) where they match (repeatable).")
 @_guard
-def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain):
+def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain,
+                tuning_logs):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import parse_input_shape
@@ -83,12 +86,38 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
                              dump_ir=dump_ir)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,
-                         progress=_progress(start))
+                         tuning_logs=list(tuning_logs), progress=_progress(start))
     if explain:
         click.echo(meta["explain"]["table"])
+    tuned = f", {len(meta['tuned_kernels'])} from tuning logs" if meta["tuned_kernels"] else ""
     click.echo(f"wrote {output} ({Path(output).stat().st_size / 1e6:.1f} MB, target "
                f"{meta['target']['name']}, {meta['compile_seconds']} s, "
-               f"{len(meta['kernels'])} kernels)")
+               f"{len(meta['kernels'])} kernels{tuned})")
+
+
+@main.command("tune")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--target", "-t", default="x86", show_default=True, help="See `aotc targets`.")
+@click.option("--trials", default=64, show_default=True, type=click.IntRange(1),
+              help="Measurements in all, spread over the model's kernels by weight.")
+@click.option("--log", "log_path", required=True, type=click.Path(dir_okay=False),
+              help="Tuning log to append to (resumed: kernels it has are skipped).")
+@click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D1,D2,...",
+              help="Fix an input's shape (repeatable).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@_guard
+def tune_cmd(model, target, trials, log_path, input_shape, seed):
+    """Tune MODEL's kernels (MetaSchedule search) and log those that beat the default rules."""
+    from aotc.api import tune
+    from aotc.compiler.frontends.shapes import parse_input_shape
+
+    shapes = dict(parse_input_shape(s) for s in input_shape)
+    start = time.perf_counter()
+    report = tune(model, target, trials, log_path, input_shapes=shapes, seed=seed,
+                  progress=_progress(start))
+    for line in report.lines():
+        click.echo(line)
+    click.echo(f"appended to {log_path}; compile with --tuning-log {log_path}")
 
 
 @main.command("run")

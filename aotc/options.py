@@ -4,7 +4,7 @@ when they land)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 OPT_LEVELS = (0, 1, 2, 3)
@@ -21,12 +21,16 @@ class CompileOptions:
     disabled_passes: pass names (as ``--explain`` prints them) skipped on top of the level;
         a pass correctness needs cannot be disabled.
     explain: record, pass by pass, the time and what changed (ops, kernels).
-    dump_ir: a folder; the IR after every pass is written there."""
+    dump_ir: a folder; the IR after every pass is written there.
+    schedules: where tuned schedules come from (``aotc.schedules.TunedSchedules``, made from
+        tuning logs by ``aotc.compile(tuning_logs=...)``): asked first for every kernel, the
+        default rules take the rest. None: default rules only."""
 
     opt_level: int = 3
     disabled_passes: tuple[str, ...] = ()
     explain: bool = False
     dump_ir: Path | None = None
+    schedules: object | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.opt_level not in OPT_LEVELS:

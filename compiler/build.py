@@ -22,7 +22,7 @@ from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
 from .memory_report import memory_report
-from .lower import unscheduled_functions
+from .lower import tuned_functions, unscheduled_functions
 from .pipeline import in_phase, run_phases
 
 Progress = Callable[[str], None]
@@ -65,6 +65,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         "opt_level": options.opt_level,
         "disabled_passes": list(options.disabled_passes),
         "unscheduled_kernels": unscheduled_functions(mod),
+        "tuned_kernels": tuned_functions(mod),
         "memory": in_phase("memory report", lambda: memory_report(mod, target)),
         "kernels": kernel_table(mod),
         "built_unix_time": int(time.time()),

@@ -60,7 +60,7 @@ def lower(options: CompileOptions) -> list[Step]:
 
 def schedule(spec: TargetSpec):
     def steps(_options: CompileOptions) -> list[Step]:
-        return [Step(default_schedule_pass(spec), 1),
+        return [Step(default_schedule_pass(spec, _options.schedules), 1),
                 # after the last FoldConstant, so that nothing folds the result back
                 Step(passes.MaterializeEmptyConstants(), REQUIRED, "TVM cannot load empty constants")]
     return steps
@@ -113,10 +113,13 @@ def check_options(spec: TargetSpec, options: CompileOptions) -> None:
 def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
                options: CompileOptions | None = None,
                on_phase: Callable[[str], None] | None = None,
-               explanation: Explanation | None = None) -> tvm.IRModule:
+               explanation: Explanation | None = None,
+               stop_before: str | None = None) -> tvm.IRModule:
     """Run every phase, pass by pass. With ``options.dump_ir``, write the IR after each pass
     to ``NN_phase_Pass.py``; with ``explanation``, record what each pass changed. A failure is
-    a CompileError naming the phase (simplify, layout, fuse, lower, schedule)."""
+    a CompileError naming the phase (simplify, layout, fuse, lower, schedule). With
+    ``stop_before``, the module as that phase would receive it (the tuner takes its kernels
+    from just before "schedule")."""
     options = options or CompileOptions()
     dump = _dumper(options.dump_ir)
     dump("imported", "", mod)
@@ -124,6 +127,8 @@ def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
         explanation.skipped.extend(skipped_steps(spec, options))
     with target:
         for name, phase_passes in phases(spec, options):
+            if name == stop_before:
+                break
             if on_phase:
                 on_phase(name)
             for pass_ in phase_passes:

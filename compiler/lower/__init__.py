@@ -22,9 +22,11 @@ LOG = logging.getLogger("aotc.schedule")
 BUG_ERRORS = (AttributeError, NameError, TypeError, KeyError, ImportError)
 
 
-def default_schedule_pass(spec: TargetSpec) -> tvm.transform.Pass:
-    """Apply the target family's rules to every PrimFunc (run under the target)."""
-    return ApplyRulesSafely(RULE_SETS[spec.schedule_rules])
+def default_schedule_pass(spec: TargetSpec, tuned=None) -> tvm.transform.Pass:
+    """Schedule every PrimFunc (run under the target): ``tuned.schedule_for(func, target)``
+    first when a source of tuned schedules is given (it returns None for kernels it has no
+    record of), the target family's default rules for the rest."""
+    return ApplyRulesSafely(RULE_SETS[spec.schedule_rules], tuned)
 
 
 @tvm.transform.module_pass(opt_level=0, name="ApplyRulesSafely")
@@ -34,8 +36,9 @@ class ApplyRulesSafely:
     and the next rule tried, instead of failing the whole compile. A Python error in a rule
     (BUG_ERRORS) fails the compile with the rule and kernel named."""
 
-    def __init__(self, rules):
+    def __init__(self, rules, tuned=None):
         self.rules = list(rules)
+        self.tuned = tuned
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         target = tvm.target.Target.current(allow_none=False)
@@ -43,6 +46,11 @@ class ApplyRulesSafely:
         for gv, func in mod.functions_items():
             if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get("tirx.is_scheduled"):
                 func = with_flops(func)
+                scheduled = self._tuned(func, target)
+                if scheduled is not None:
+                    updates[gv] = scheduled.with_attr("tirx.is_scheduled", True).with_attr(
+                        "aotc.tuned", True)
+                    continue
                 scheduled = self._first_rule_that_works(func, target)
                 updates[gv] = func if scheduled is None else scheduled.with_attr(
                     "tirx.is_scheduled", True)
@@ -50,6 +58,17 @@ class ApplyRulesSafely:
         for gv, func in updates.items():
             mod[gv] = func
         return mod
+
+    def _tuned(self, func, target):
+        if self.tuned is None:
+            return None
+        try:
+            return self.tuned.schedule_for(func, target)
+        except Exception as err:  # pylint: disable=broad-except  # a record that does not replay
+            name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
+            LOG.warning("tuned schedule for kernel %s did not apply (%s): default rules",
+                        name, meaningful_line(err))
+            return None
 
     def _first_rule_that_works(self, func, target):
         name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
@@ -68,6 +87,12 @@ class ApplyRulesSafely:
             if sch is not None:
                 return (sch[0] if isinstance(sch, list) else sch).mod["main"]
         return None
+
+
+def tuned_functions(mod: tvm.IRModule) -> list[str]:
+    """PrimFuncs whose schedule came from a tuning log."""
+    return [gv.name_hint for gv, f in mod.functions_items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs.get("aotc.tuned")]
 
 
 def unscheduled_functions(mod: tvm.IRModule) -> list[str]:

@@ -1,0 +1,48 @@
+"""Compile with tuning logs: the schedule source compiler/lower asks first for every kernel.
+
+``TunedSchedules(paths, target).schedule_for(func, target)`` returns the kernel with the best
+logged schedule replayed (MetaSchedule's trace, through its in-memory database), or None when
+no record matches the kernel's workload key and the target's ISA, or the record was written by
+another TVM version; compiler/lower then uses its default rules. The compiler sees only this
+method (it does not import schedules/)."""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from .keys import target_key, workload_key
+from .log import best_records
+from .tune import task_module
+
+LOG = logging.getLogger("aotc.tuning")
+
+
+class TunedSchedules:
+    def __init__(self, paths, target: tvm.target.Target):
+        self.paths = [str(p) for p in paths]
+        self.records = best_records(self.paths, target_key(target))
+        self.applied: list[str] = []
+
+    def schedule_for(self, func: tvm.tirx.PrimFunc, target: tvm.target.Target):
+        record = self.records.get(workload_key(func))
+        if record is None:
+            return None
+        if record.tvm != tvm.__version__:
+            LOG.warning("tuning record for %s is from TVM %s, this is %s: default schedule",
+                        record.task, record.tvm, tvm.__version__)
+            return None
+        mod = task_module(func)
+        database = ms.database.MemoryDatabase()
+        workload = database.commit_workload(mod)
+        database.commit_tuning_record(ms.database.TuningRecord.from_json(record.trace, workload))
+        schedule = database.query_schedule(mod, target, workload_name="main")
+        if schedule is None:
+            return None
+        self.applied.append(record.task)
+        scheduled = schedule.mod["main"]
+        name = func.attrs.get("global_symbol") if func.attrs is not None else None
+        return scheduled.with_attr("global_symbol", name) if name else \
+            scheduled.without_attr("global_symbol")

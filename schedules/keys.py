@@ -1,0 +1,28 @@
+"""Stable keys for tuning records: which kernel (workload) and which machine code (target).
+
+A workload key is the structural hash of the kernel's PrimFunc with the attributes that do not
+change what it computes removed (its name, aotc's FLOP count); the same kernel from another
+model, run or machine gets the same key. A target key is the ISA the code is generated for
+(kind, mcpu, mattr), never the build host's core count."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+
+_IGNORED_ATTRS = ("global_symbol", "aotc.flops", "tirx.is_scheduled", "op_pattern")
+
+
+def workload_key(func: tvm.tirx.PrimFunc) -> str:
+    for attr in _IGNORED_ATTRS:
+        if func.attrs is not None and attr in func.attrs:
+            func = func.without_attr(attr)
+    return f"{tvm_ffi.structural_hash(func) & (2 ** 64 - 1):016x}"
+
+
+def target_key(target: tvm.target.Target) -> str:
+    parts = [target.kind.name, str(target.attrs.get("mcpu", ""))]
+    mattr = target.attrs.get("mattr")
+    if mattr:
+        parts.append(",".join(sorted(str(a) for a in mattr)))
+    return ":".join(p for p in parts if p)

@@ -1,0 +1,98 @@
+"""Tuning logs (``tuning_logs/*.jsonl``): append-only JSON lines, one finished record a line.
+
+Written whole: each record is one ``write`` of one line to a file opened for appending, then
+fsync'd, so a tuner killed at any point leaves every earlier record readable (at worst a torn
+last line, which the reader skips). Read forgivingly: a blank, truncated, foreign or
+other-version line is skipped with a warning that names the file and line; the rest are used.
+Logs from several runs or machines merge by concatenating them (the best record per workload
+and target wins)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LOG = logging.getLogger("aotc.tuning_log")
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    """The best schedule found for one workload on one target."""
+    workload: str          # schedules.keys.workload_key
+    target: str            # schedules.keys.target_key
+    task: str              # the kernel's name when it was tuned (for people)
+    seconds: float         # its measured run time
+    default_seconds: float  # the default rules' run time, measured in the same way
+    trials: int
+    trace: dict            # MetaSchedule TuningRecord.as_json() of the schedule
+    tvm: str               # the TVM version that replays the trace
+
+    def to_line(self) -> str:
+        return json.dumps({"aotc_tuning_record": VERSION, **asdict(self)},
+                          separators=(",", ":")) + "\n"
+
+
+def append(path: str | Path, records: list[Record]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")  # a torn last line (killed writer) stays one bad line
+        for record in records:
+            os.write(fd, record.to_line().encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(path: str | Path) -> tuple[list[Record], list[str]]:
+    """(records, warnings): every well-formed record of this version, and one warning per line
+    that was skipped."""
+    records, warnings = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            problem = None
+            if not line.strip():
+                problem = "blank line"
+            else:
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError:
+                    problem = "not JSON (truncated?)"
+                else:
+                    if not isinstance(data, dict) or "aotc_tuning_record" not in data:
+                        problem = "not an aotc tuning record"
+                    elif data["aotc_tuning_record"] != VERSION:
+                        problem = f"record version {data['aotc_tuning_record']}, reader {VERSION}"
+                    else:
+                        data.pop("aotc_tuning_record")
+                        try:
+                            records.append(Record(**data))
+                        except TypeError as err:
+                            problem = f"fields do not match: {err}"
+            if problem:
+                warnings.append(f"{path}:{number}: skipped ({problem})")
+    for warning in warnings:
+        LOG.warning(warning)
+    return records, warnings
+
+
+def best_records(paths, target: str, beating_default: bool = True) -> dict[str, Record]:
+    """workload key -> the fastest record for ``target`` across all ``paths`` (only records
+    faster than the default rules' schedule, unless ``beating_default`` is False)."""
+    best: dict[str, Record] = {}
+    for path in paths:
+        records, _ = read(path)
+        for record in records:
+            if record.target != target or (beating_default and
+                                           record.seconds >= record.default_seconds):
+                continue
+            if record.workload not in best or record.seconds < best[record.workload].seconds:
+                best[record.workload] = record
+    return best

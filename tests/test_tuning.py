@@ -1,0 +1,60 @@
+"""The tuner end to end with a tiny budget (4 MetaSchedule trials on one matmul kernel): the
+log gets a record with both the tuned and the default time, a second run resumes (nothing left
+to tune), and compiling with the log matches onnxruntime; a record that beat the default is
+replayed into the kernel (marked tuned), one that did not is left out."""
+
+import dataclasses
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import aotc
+from aotc.schedules import log as tuning_log
+from helpers import check_against_onnxruntime
+
+
+def _matmul_relu(path):
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 96])],
+        [numpy_helper.from_array(rng.standard_normal((128, 96)).astype(np.float32), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_tune_resume_and_compile_with_the_log(tmp_path):
+    model = _matmul_relu(tmp_path / "mm.onnx")
+    log = tmp_path / "mm.jsonl"
+    report = aotc.tune(model, trials=4, log=log)
+    assert [r.task for r in report.results] == ["fused_matmul_relu"]
+    assert report.results[0].tuned_seconds is not None  # at least one candidate ran
+    records, warnings = tuning_log.read(log)
+    assert len(records) == 1 and warnings == []
+    record = records[0]
+    assert record.seconds > 0 and record.default_seconds > 0
+
+    assert aotc.tune(model, trials=4, log=log).results == []  # resumed: nothing left
+
+    compiled, _ = check_against_onnxruntime(model, tmp_path, rtol=1e-5, atol=1e-5,
+                                            tuning_logs=[log])
+    beat_default = record.seconds < record.default_seconds
+    assert compiled.metadata["tuned_kernels"] == (["fused_matmul_relu"] if beat_default else [])
+
+    # the same schedule on a machine where it beat the default: replayed, still right
+    forced = tmp_path / "forced.jsonl"
+    tuning_log.append(forced, [dataclasses.replace(record, default_seconds=1.0)])
+    (tmp_path / "forced").mkdir()
+    compiled, _ = check_against_onnxruntime(model, tmp_path / "forced", rtol=1e-5, atol=1e-5,
+                                            tuning_logs=[forced])
+    assert compiled.metadata["tuned_kernels"] == ["fused_matmul_relu"]
+
+
+def test_a_missing_log_is_named(tmp_path):
+    import pytest
+    from aotc.errors import CompileError
+    with pytest.raises(CompileError, match="no-such.jsonl"):
+        aotc.compile(_matmul_relu(tmp_path / "mm.onnx"), output=tmp_path / "mm.so",
+                     tuning_logs=[tmp_path / "no-such.jsonl"])
