@@ -10,6 +10,7 @@ from tvm import relax
 
 from aotc.compiler.passes.fusion import CombineProjections, FuseAttention
 from aotc.compiler.passes.fusion.attention import PATTERN_NAME
+from relax_helpers import main_ops
 
 RNG = np.random.default_rng(0)
 TARGET = tvm.target.Target({"kind": "llvm"})
@@ -66,12 +67,6 @@ def _attention_functions(mod):
             and f.attrs.get("Composite") == PATTERN_NAME]
 
 
-def _main_ops(mod):
-    names = []
-    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name) if isinstance(
-        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
-    return names
-
 
 @pytest.mark.parametrize("queries, keys, mask_shape, scale", [
     (197, 197, (1, 1, 197, 197), "divide"),   # ragged: padded rows and keys, full mask
@@ -82,7 +77,7 @@ def test_attention_becomes_one_function_with_the_same_numbers(queries, keys, mas
     before = _attention_module(queries, keys, mask_shape, scale)
     after = FuseAttention()(before)
     assert len(_attention_functions(after)) == 1
-    ops = _main_ops(after)
+    ops = main_ops(after)
     assert "relax.nn.softmax" not in ops and "relax.matmul" not in ops
     padded = keys % 16 != 0 or queries % 8 != 0
     assert ("relax.nn.pad" in ops) == padded
@@ -96,7 +91,7 @@ def test_probabilities_read_elsewhere_are_not_fused():
     before = _attention_module(197, 197, scale="divide", probs_out=True)
     after = FuseAttention()(before)
     assert _attention_functions(after) == []
-    assert "relax.nn.pad" not in _main_ops(after)  # no second, padded copy of the chain
+    assert "relax.nn.pad" not in main_ops(after)  # no second, padded copy of the chain
 
 
 def test_softmax_over_another_axis_is_not_attention():
@@ -135,14 +130,14 @@ def _parallel_projections(constant_weights=True, biases=False):
 def test_projections_sharing_an_input_become_one_matmul(biases):
     before = _parallel_projections(biases=biases)
     after = CombineProjections()(before)
-    assert _main_ops(before).count("relax.matmul") == 3
-    assert _main_ops(after).count("relax.matmul") == 1
-    assert _main_ops(after).count("relax.strided_slice") == 3
-    assert _main_ops(after).count("relax.add") == (1 if biases else 0)
+    assert main_ops(before).count("relax.matmul") == 3
+    assert main_ops(after).count("relax.matmul") == 1
+    assert main_ops(after).count("relax.strided_slice") == 3
+    assert main_ops(after).count("relax.add") == (1 if biases else 0)
     x = RNG.standard_normal((7, 32)).astype(np.float32)
     np.testing.assert_allclose(_run(after, [x]), _run(before, [x]), rtol=1e-5, atol=1e-5)
 
 
 def test_run_time_weights_are_not_concatenated():
     after = CombineProjections()(_parallel_projections(constant_weights=False))
-    assert _main_ops(after).count("relax.matmul") == 3
+    assert main_ops(after).count("relax.matmul") == 3
