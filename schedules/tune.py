@@ -1,16 +1,17 @@
 """Tune a module's kernels with MetaSchedule and keep what beats the default rules.
 
 The search space is MetaSchedule's for the target (PostOrderApply with the target's schedule
-rules, postprocessors and mutators), searched by its evolutionary strategy with its XGBoost
-cost model, measured by its local builder and runner (each candidate in a worker process with
+rules, postprocessors and mutators) united with our default rules' own (space.py: the untuned
+register tile is a point of it), searched by MetaSchedule's evolutionary strategy with its
+XGBoost cost model, measured by its local builder and runner (each candidate in a worker process with
 a timeout, so a candidate that fails to build, crashes or hangs is recorded as failed and the
 tuner goes on). What is new here: the best schedule of each task is timed against the default
 rules' schedule of the same kernel (compiler/lower), the same way, and both times go into the
 log; compile applies a record only when it beat the default, so a log never makes a kernel
 slower (as measured).
 
-Not here yet (the tuner issue, in progress): our default rules as a sampled space of their
-own, the RL search strategy, cost-model ranking reports, a gain-driven task scheduler beyond
+Not here yet (the tuner issue, in progress): decisions of the default rules beyond the
+contraction's register tile, the RL search strategy, cost-model ranking reports, a gain-driven task scheduler beyond
 MetaSchedule's gradient one, tuning-curve plots."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tvm.s_tir import meta_schedule as ms
 from . import log as tuning_log
 from .keys import target_key
 from .measure import kernel_seconds
+from .space import search_space
 from .tasks import Task
 
 
@@ -73,7 +75,7 @@ def tune(tasks: list[Task], target: tvm.target.Target, trials: int, log_path,
     if not tasks:
         return report
     contexts = [ms.TuneContext(task_module(t.func), target=target,
-                               space_generator="post-order-apply",
+                               space_generator=search_space(target),
                                search_strategy="evolutionary", task_name=t.name,
                                rand_state=seed + i, num_threads="physical").clone()
                 for i, t in enumerate(tasks)]

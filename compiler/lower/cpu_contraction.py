@@ -123,10 +123,16 @@ def _blocks_and_contraction(sch: s_tir.Schedule):
 class Contraction(ScheduleRule):
     """Register-blocked, vectorized schedule for conv2d (NHWC/HWIO), matmul and batch matmul."""
 
-    def apply(self, func, target: Target, _tunable: bool):
+    def apply(self, func, target: Target, tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
             return None
-        sch = s_tir.Schedule(func)
+        return self.schedule(s_tir.Schedule(func), target, tunable)
+
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
+        """Schedule the ``main`` of ``sch`` in place (``sch`` may be MetaSchedule's traced
+        schedule: schedules/space.py); None when the kernel is not a contraction. With
+        ``tunable``, the register tile (rows x columns) is a sampled decision whose default
+        is the choice made without tuning."""
         infos, main = _blocks_and_contraction(sch)
         if main is None or not _is_multiply_accumulate(sch.get(main.block_rv)):
             return None
@@ -144,10 +150,11 @@ class Contraction(ScheduleRule):
                 _parallelize_outer(sch, producer.block_rv)
             else:
                 schedule_injective_block(sch, producer.block_rv, lanes)
-        self._schedule_main(sch, main, infos[main_index + 1:], lanes, padded)
+        self._schedule_main(sch, main, infos[main_index + 1:], lanes, padded, tunable)
         return sch
 
-    def _schedule_main(self, sch, main, epilogues, lanes: int, padded: bool = False) -> None:
+    def _schedule_main(self, sch, main, epilogues, lanes: int, padded: bool = False,
+                       tunable: bool = False) -> None:
         block = main.block_rv
         kinds = main.dom_kind()
         loops = sch.get_loops(block)
@@ -155,6 +162,11 @@ class Contraction(ScheduleRule):
         reduce = [l for l, k in zip(loops, kinds) if k == "R"]
         col_ext = _extent(sch, spatial[-1])
         col_inner = _column_block(col_ext, lanes)
+        row_ext = _extent(sch, spatial[-2]) if len(spatial) >= 2 else None
+        if tunable and col_inner % lanes == 0:
+            self._schedule_main_sampled(sch, block, spatial, reduce, epilogues, lanes, padded,
+                                        col_inner, row_ext)
+            return
         col_outer, col_in = sch.split(spatial[-1], factors=[None, col_inner])
         vector = _vector_width(col_inner, lanes)
         col_vectors = None
@@ -166,8 +178,39 @@ class Contraction(ScheduleRule):
         row_out, row_in = None, None
         if len(spatial) >= 2:
             row_limit = max(1, min(_MAX_ROW_BLOCK, _MAX_ACCUMULATOR_VECTORS // vectors))
-            row_inner = _largest_divisor(_extent(sch, spatial[-2]), row_limit)
+            row_inner = _largest_divisor(row_ext, row_limit)
             row_out, row_in = sch.split(spatial[-2], factors=[None, row_inner])
+        self._tile(sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
+                   col_vectors, vector, row_out, row_in)
+
+    def _schedule_main_sampled(self, sch, block, spatial, reduce, epilogues, lanes, padded,
+                               default_cols: int, row_ext: int | None) -> None:
+        """The same tile with its shape sampled: columns among whole-vector widths that divide
+        the axis, rows among the divisors that keep the accumulators in registers; the
+        default decisions are the untuned choices, so the untuned schedule is one point of
+        the space (schedules/space.py)."""
+        cols = [c for c in (lanes, 2 * lanes, 3 * lanes, 4 * lanes)
+                if _extent(sch, spatial[-1]) % c == 0]
+        col_rv = sch.sample_categorical(cols, [1 / len(cols)] * len(cols),
+                                        decision=cols.index(default_cols))
+        col_outer, col_in = sch.split(spatial[-1], factors=[None, col_rv])
+        col_vectors, col_in = sch.split(col_in, factors=[None, lanes])
+        row_out, row_in = None, None
+        if row_ext is not None:
+            row_limit = max(1, min(_MAX_ROW_BLOCK, _MAX_ACCUMULATOR_VECTORS // (max(cols) // lanes)))
+            default_rows = _largest_divisor(
+                row_ext, max(1, min(_MAX_ROW_BLOCK, _MAX_ACCUMULATOR_VECTORS // (default_cols // lanes))))
+            rows = sorted({r for r in range(1, _MAX_ROW_BLOCK + 1)
+                           if row_ext % r == 0 and r <= row_limit} | {default_rows})
+            row_rv = sch.sample_categorical(rows, [1 / len(rows)] * len(rows),
+                                            decision=rows.index(default_rows))
+            row_out, row_in = sch.split(spatial[-2], factors=[None, row_rv])
+        self._tile(sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
+                   col_vectors, lanes, row_out, row_in)
+
+    def _tile(self, sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
+              col_vectors, vector, row_out, row_in) -> None:
+        """Parallel tiles, register accumulators, epilogue on the way out (both paths)."""
         outer = spatial[:-2] + ([row_out] if row_out is not None else [])
         inner = ([row_in] if row_in is not None else []) + (
             [col_vectors] if col_vectors is not None else []) + [col_in]
@@ -199,7 +242,7 @@ class Contraction(ScheduleRule):
             sch.reverse_compute_at(unpad, tile, preserve_unit_loops=True)
         # Vectorize before decomposing: afterwards the update block is no longer a complete
         # reduction block and `vectorize` refuses it.
-        if row_in is not None and _extent(sch, row_in) > 1:
+        if row_in is not None and (_extent(sch, row_in) or 2) > 1:
             sch.unroll(row_in)
         if col_vectors is not None:
             sch.unroll(col_vectors)

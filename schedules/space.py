@@ -1,0 +1,30 @@
+"""The search space: MetaSchedule's own design space for the target (PostOrderApply with the
+target's schedule rules, postprocessors and mutators), united with aotc's default rules as a
+space of their own.
+
+The default-rules space is compiler/lower's Contraction rule run on MetaSchedule's traced
+schedule with ``tunable=True``: its register tile (rows x columns) becomes two sampled
+decisions whose default values are the untuned choices. So the untuned tile is a point of
+the search space (the first design space MetaSchedule starts from carries it), and the
+evolutionary search samples the tiles around it. Kernels that are not contractions get only
+MetaSchedule's space (the other default rules have no decisions yet)."""
+
+from __future__ import annotations
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from aotc.compiler.lower.cpu_contraction import Contraction
+
+
+def default_rules_space(target: tvm.target.Target) -> ms.space_generator.ScheduleFn:
+    def schedule(sch):
+        if Contraction().schedule(sch, target, tunable=True) is None:
+            return []  # not a contraction: no design space from the default rules
+        return [sch]
+    return ms.space_generator.ScheduleFn(schedule)
+
+
+def search_space(target: tvm.target.Target) -> ms.space_generator.SpaceGenerator:
+    return ms.space_generator.SpaceGeneratorUnion(
+        [ms.space_generator.PostOrderApply(), default_rules_space(target)])

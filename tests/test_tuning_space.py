@@ -1,0 +1,64 @@
+"""The tuner's search space: MetaSchedule's design space united with the default rules' own,
+in which the untuned register tile is the default decision; kernels that are not contractions
+get MetaSchedule's space only; a schedule drawn from the default-rules space computes the same
+numbers."""
+
+import numpy as np
+import tvm
+from tvm import te, topi
+from tvm.s_tir import meta_schedule as ms
+
+from aotc.schedules.space import default_rules_space, search_space
+
+TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
+
+
+def _matmul():
+    a, b = te.placeholder((64, 128), name="a"), te.placeholder((128, 96), name="b")
+    k = te.reduce_axis((0, 128), "k")
+    out = te.compute((64, 96), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k))
+    return te.create_prim_func([a, b, out]).with_attr("global_symbol", "main")
+
+
+def _spaces(func, space):
+    mod = tvm.IRModule({"main": func})
+    context = ms.TuneContext(mod, target=TARGET, space_generator=space,
+                             search_strategy="evolutionary", task_name="t", num_threads=2)
+    return context.space_generator.generate_design_space(mod)
+
+
+def _sampled(schedule):
+    insts = [i for i in schedule.trace.insts if i.kind.name == "SampleCategorical"]
+    decisions = schedule.trace.decisions
+    return [int(inst.attrs[0][int(decisions[inst])]) for inst in insts]
+
+
+def test_the_untuned_tile_is_the_default_decision():
+    spaces = _spaces(_matmul(), default_rules_space(TARGET))
+    assert len(spaces) == 1
+    # 96 columns: two 16-lane vectors (as untuned); 64 rows: blocks of 8 (24 accumulators max)
+    assert _sampled(spaces[0]) == [32, 8]
+
+
+def test_union_adds_the_default_rules_space_to_metaschedule():
+    union = _spaces(_matmul(), search_space(TARGET))
+    alone = _spaces(_matmul(), ms.space_generator.PostOrderApply())
+    assert len(union) == len(alone) + 1
+
+
+def test_non_contractions_get_no_default_rules_space():
+    x = te.placeholder((12, 128), name="x")
+    softmax = te.create_prim_func([x, topi.nn.softmax(x, axis=-1)]).with_attr(
+        "global_symbol", "main")
+    assert _spaces(softmax, default_rules_space(TARGET)) == []
+
+
+def test_a_schedule_from_the_space_computes_the_matmul():
+    schedule = _spaces(_matmul(), default_rules_space(TARGET))[0]
+    lib = tvm.compile(schedule.mod, target=TARGET)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 96)).astype(np.float32)
+    out = tvm.runtime.tensor(np.zeros((64, 96), np.float32))
+    lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
