@@ -28,6 +28,7 @@ from tvm.s_tir import meta_schedule as ms
 from . import log as tuning_log
 from .keys import target_key
 from .measure import kernel_seconds
+from .progress import ProgressLine
 from .space import search_space
 from .tasks import Task
 
@@ -86,6 +87,9 @@ def tune(tasks: list[Task], target: tvm.target.Target, trials: int, log_path,
                       work_dir=work_dir, max_trials_global=trials,
                       num_trials_per_iter=min(64, max(trials // len(tasks), 4)),
                       database=database, cost_model="xgb",
+                      measure_callbacks=[
+                          *ms.measure_callback.MeasureCallback.create("default"),
+                          ProgressLine([t.name for t in tasks], [t.weight for t in tasks], say)],
                       builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S),
                       runner=ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S))
     records = []

@@ -1,0 +1,39 @@
+"""A live progress line while MetaSchedule measures: trials so far, trials per second, the
+best time per task and the weighted estimate of the model's kernel time against the untuned
+one (MetaSchedule's own log goes to files only)."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.ir.utils import derived_object
+
+
+@derived_object
+class ProgressLine(PyMeasureCallback):
+    def __init__(self, names: list[str], weights: list[float], say: Callable[[str], None]):
+        super().__init__()
+        self.names, self.weights, self.say = names, weights, say
+        self.best: dict[int, float] = {}
+        self.trials, self.failed, self.start = 0, 0, time.perf_counter()
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        for built, ran in zip(builder_results, runner_results):
+            self.trials += 1
+            if built.error_msg or ran.error_msg or not ran.run_secs:
+                self.failed += 1
+                continue
+            seconds = sum(float(s) for s in ran.run_secs) / len(ran.run_secs)
+            if seconds < self.best.get(task_id, float("inf")):
+                self.best[task_id] = seconds
+        elapsed = time.perf_counter() - self.start
+        best = self.best.get(task_id)
+        estimate = sum(w * self.best[i] for i, w in enumerate(self.weights) if i in self.best)
+        self.say(f"trial {self.trials} ({self.trials / max(elapsed, 1e-9):.2f}/s, "
+                 f"{self.failed} failed): {self.names[task_id]} best "
+                 + (f"{best * 1e3:.4f} ms" if best else "-")
+                 + f"; tuned tasks' weighted sum {estimate * 1e3:.3f} ms "
+                 f"({len(self.best)}/{len(self.names)} tasks)")
