@@ -77,6 +77,11 @@ def tune(model, target: str = "x86", trials: int = 64, log: str | Path = "tuning
     from aotc.schedules.tune import tune as run_tuner
     from aotc.targets import resolve
 
+    from aotc import settings
+    # Time candidates with the thread count compiled models run with (every allowed core;
+    # TVM's own default is half of them): set before anything starts TVM's thread pool, and
+    # inherited by MetaSchedule's runner processes.
+    settings.apply_thread_setting()
     spec = resolve(target)
     say = progress or (lambda _msg: None)
     tvm_target = tvm.target.Target(spec.tvm_target)
