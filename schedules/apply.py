@@ -22,9 +22,7 @@ LOG = logging.getLogger("aotc.tuning")
 
 class TunedSchedules:
     def __init__(self, paths, target: tvm.target.Target):
-        self.paths = [str(p) for p in paths]
-        self.records = best_records(self.paths, target_key(target))
-        self.applied: list[str] = []
+        self.records = best_records(paths, target_key(target))
 
     def schedule_for(self, func: tvm.tirx.PrimFunc, target: tvm.target.Target):
         record = self.records.get(workload_key(func))
@@ -41,7 +39,6 @@ class TunedSchedules:
         schedule = database.query_schedule(mod, target, workload_name="main")
         if schedule is None:
             return None
-        self.applied.append(record.task)
         scheduled = schedule.mod["main"]
         name = func.attrs.get("global_symbol") if func.attrs is not None else None
         return scheduled.with_attr("global_symbol", name) if name else \

@@ -16,7 +16,6 @@ MetaSchedule's gradient one, tuning-curve plots."""
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -129,7 +128,3 @@ def _best_against_default(task, target, database, default_schedule, trials):
         default_seconds=default_seconds, trials=trials, trace=best[0].as_json(),
         tvm=tvm.__version__)
     return result, record
-
-
-def median_run_seconds(record) -> float:
-    return statistics.median(float(s) for s in record.run_secs)

@@ -18,8 +18,7 @@ from tvm.target import Target
 
 from .cpu_blocks import _extent, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
-from .cpu_rows import (is_reduction, schedule_injective_tail, split_row_reduction,
-                       vectorize_partial)
+from .cpu_rows import compute_rows_under, inline_single_reader_blocks, schedule_injective_tail
 
 ROWS = 8  # query rows per parallel task (FuseAttention pads the rows to a multiple of 8)
 OUT_VECTORS = 16  # accumulators of the output tile: ROWS x (OUT_VECTORS / ROWS) vectors
@@ -76,47 +75,19 @@ class Attention(ScheduleRule):
         # LLVM keeps them in registers
         sch.reverse_compute_at(write_back, col_tiles, preserve_unit_loops=True)
         schedule_injective_tail(sch, write_back, lanes)
-        kept, partials = [], []
-        for block in self._inline_cheap_blocks(sch, middle, out):
-            if is_reduction(sch, block):
-                partial = split_row_reduction(sch, block, lanes)
-                if partial is not None:
-                    kept.append(partial)
-                    partials.append(partial)
-            kept.append(block)
-        for block in reversed([scores.block_rv] + kept):
-            sch.compute_at(block, task, preserve_unit_loops=True)
-        for block in kept:
-            if any(sch.get(block).same_as(sch.get(p)) for p in partials):
-                vectorize_partial(sch, block)
-            elif not is_reduction(sch, block):
-                schedule_injective_tail(sch, block, lanes)
+        # Keep the probabilities the output product reads (inlined, each key of the product
+        # would divide by the row sum again).
+        out_name = sch.get(out.block_rv).name_hint
+        kept = inline_single_reader_blocks(
+            sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
+                                                for c in sch.get_consumers(block)))
+        compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
         self._tile_scores(sch, scores.block_rv, lanes)
         sch.unroll(row_in)
         sch.unroll(col_out)
         sch.vectorize(col_in)
         sch.decompose_reduction(out.block_rv, keys)
         return sch
-
-    @staticmethod
-    def _inline_cheap_blocks(sch, middle, out):
-        """Inline the injective blocks read by one block (``x - max`` into exp); keep the ones
-        read twice (the scaled scores: by max and exp; exp: by sum and the normalization) and
-        the probabilities the output product reads."""
-        kept = []
-        out_name = sch.get(out.block_rv).name_hint
-        for info in middle:
-            block = info.block_rv
-            consumers = sch.get_consumers(block)
-            feeds_out = any(sch.get(c).name_hint == out_name for c in consumers)
-            if info.is_injective() and len(consumers) == 1 and not feeds_out:
-                try:
-                    sch.compute_inline(block)
-                    continue
-                except ScheduleError:
-                    pass
-            kept.append(block)
-        return kept
 
     @staticmethod
     def _tile_scores(sch, block, lanes: int) -> None:

@@ -49,34 +49,16 @@ class RowWise(ScheduleRule):
         if touches_bool(sch, last):
             return None
         lanes = vector_lanes(target, sch.get(last).writes[0].source.dtype.bits)
-        kept, partials = [], []
         for info in infos[:-1]:
-            block = info.block_rv
-            if info.is_injective() and len(sch.get_consumers(block)) == 1:
-                try:
-                    sch.compute_inline(block)
-                    continue
-                except ScheduleError:
-                    pass
-            if not info.is_injective():
-                if info.dom_kind()[-1] != "R" or info.dom_kind().count("R") != 1:
-                    return None
-                partial = split_row_reduction(sch, block, lanes)
-                if partial is not None:
-                    kept.append(partial)
-                    partials.append(partial)
-            kept.append(block)
+            kinds = info.dom_kind()
+            if not info.is_injective() and (kinds[-1] != "R" or kinds.count("R") != 1):
+                return None
+        kept = inline_single_reader_blocks(sch, infos[:-1])
         row_loops = sch.get_loops(last)[:rows]
         task = sch.fuse(*row_loops) if rows > 1 else row_loops[0]
         sch.parallel(task)
-        for block in reversed(kept):
-            sch.compute_at(block, task, preserve_unit_loops=True)
+        compute_rows_under(sch, task, kept, lanes)
         schedule_injective_tail(sch, last, lanes)
-        for block in kept:
-            if any(sch.get(block).same_as(sch.get(p)) for p in partials):
-                vectorize_partial(sch, block)
-            elif not is_reduction(sch, block):
-                schedule_injective_tail(sch, block, lanes)
         return sch
 
 
@@ -115,6 +97,42 @@ def _shared_row_axes(infos) -> int:
             len({axes[shared] for axes in leading}) == 1:
         shared += 1
     return shared
+
+
+def inline_single_reader_blocks(sch, infos, keep=lambda _block: False) -> list:
+    """Inline the elementwise blocks that one block reads (``x - max`` into exp); returns the
+    blocks that stay (reductions, blocks read twice, those ``keep`` holds on to)."""
+    kept = []
+    for info in infos:
+        block = info.block_rv
+        if info.is_injective() and len(sch.get_consumers(block)) == 1 and not keep(block):
+            try:
+                sch.compute_inline(block)
+                continue
+            except ScheduleError:
+                pass
+        kept.append(block)
+    return kept
+
+
+def compute_rows_under(sch, task, blocks, lanes: int, first=()) -> None:
+    """Compute ``first`` and then ``blocks`` (in order) under the parallel ``task`` loop: each
+    row reduction split into a vector of partial results, elementwise blocks vectorized."""
+    kept, partials = [], set()
+    for block in blocks:
+        if is_reduction(sch, block):
+            partial = split_row_reduction(sch, block, lanes)  # at root: before compute_at
+            if partial is not None:
+                kept.append(partial)
+                partials.add(len(kept) - 1)
+        kept.append(block)
+    for block in reversed([*first, *kept]):
+        sch.compute_at(block, task, preserve_unit_loops=True)
+    for index, block in enumerate(kept):
+        if index in partials:
+            vectorize_partial(sch, block)
+        elif not is_reduction(sch, block):
+            schedule_injective_tail(sch, block, lanes)
 
 
 def split_row_reduction(sch, block, lanes: int):

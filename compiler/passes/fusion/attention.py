@@ -25,11 +25,12 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
 from ...frontends.relax_shapes import static_shape
 from ...relax_walk import any_expr, single_use_values
+from ..pattern_rewrite import rewrite_module
 
 KEY_MULTIPLE = 16  # float32 lanes of one AVX-512 register; a multiple of AVX2's 8
 QUERY_MULTIPLE = 8  # query rows: whole row blocks of the kernel's parallel tasks
@@ -47,6 +48,9 @@ def _attention_pattern():
     parts = {"q": q, "kt": kt, "v": v, "mask": mask, "scale": scale, "scores": scores,
              "scaled": scaled, "masked": masked, "probs": probs}
     return out, parts
+
+
+_PART_NAMES = tuple(_attention_pattern()[1])
 
 
 def _float32(expr) -> bool:
@@ -145,23 +149,21 @@ def _intermediates_single_use(m: dict, single_use: set) -> bool:
     return all(m[n] in single_use for n in ("scores", "scaled", "masked", "probs") if n in m)
 
 
-def pad_attention_keys(func: relax.Function, single_use: set) -> relax.Function:
-    pattern, parts = _attention_pattern()
-
-    def rewriter(expr, matchings):
+def _padding_rewriter(parts: dict, single_use: set):
+    def rewrite(expr, matchings):
         m = _matched(parts, matchings, expr)
         if not _fits(m) or not _intermediates_single_use(m, single_use):
             return expr
         padded = _padded_chain(m)
         return expr if padded is None else padded
-    return rewrite_call(pattern, rewriter, func)
+    return rewrite
 
 
 # --- step 2: group the chain ---------------------------------------------------------------
 
 def _group_check(context) -> bool:
-    _, parts = _attention_pattern()
-    m = {name: context.annotated_expr[name] for name in parts if name in context.annotated_expr}
+    m = {name: context.annotated_expr[name] for name in _PART_NAMES
+         if name in context.annotated_expr}
     m["out"] = context.matched_expr
     if not _fits(m) or static_shape(m["kt"])[-1] % KEY_MULTIPLE:
         return False
@@ -190,13 +192,8 @@ class FuseAttention:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if not any_expr(mod, _is_softmax):
             return mod  # DenseNet-121 spent 0.6 s here matching nothing
-        single_use = single_use_values(mod)
-        updates = {gv: pad_attention_keys(func, single_use) for gv, func in mod.functions_items()
-                   if isinstance(func, relax.Function)}
-        mod = mod.clone()  # the caller's module must not change (passes get it itself)
-        for gv, func in updates.items():
-            mod[gv] = func
-        mod = relax.transform.DeadCodeElimination()(mod)
+        pattern, parts = _attention_pattern()
+        mod = rewrite_module(mod, pattern, _padding_rewriter(parts, single_use_values(mod)))
         mod = relax.transform.FoldConstant()(mod)  # padded constant masks
         return relax.transform.FuseOpsByPattern([attention_fusion_pattern()],
                                                 bind_constants=False)(mod)
