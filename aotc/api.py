@@ -60,12 +60,16 @@ def _tuning_logs(extra) -> list[Path]:
     return shipped + paths
 
 
-def tune(model, target: str = "x86", trials: int = 64, log: str | Path = "tuning.jsonl", *,
-         input_shapes: dict[str, tuple[int, ...]] | None = None, example_inputs=None,
-         seed: int = 0, options=None, progress: Callable[[str], None] | None = None):
+def tune(model, target: str = "x86", trials: int | None = 64,
+         log: str | Path = "tuning.jsonl", *, time_budget: float | None = None,
+         search: str = "rl", input_shapes: dict[str, tuple[int, ...]] | None = None,
+         example_inputs=None, seed: int = 0, options=None,
+         progress: Callable[[str], None] | None = None):
     """Tune the kernels ``aotc.compile`` would produce for ``model`` on ``target`` and append
     what beats the default rules to ``log`` (JSON lines; resumable: kernels the log already
-    has a record for are skipped). Returns the tuning report (aotc.schedules.tune.TuneReport)."""
+    has a record for are skipped). The budget is ``trials`` measurements, ``time_budget``
+    seconds, or whichever runs out first; ``search`` is "rl" or "evolutionary"
+    (aotc.schedules.search). Returns the tuning report (aotc.schedules.tune.TuneReport)."""
     import tvm
 
     from aotc.compiler import import_model
@@ -74,7 +78,7 @@ def tune(model, target: str = "x86", trials: int = 64, log: str | Path = "tuning
     from aotc.options import CompileOptions
     from aotc.schedules import extract_tasks, target_key
     from aotc.schedules import log as tuning_log
-    from aotc.schedules.tune import tune as run_tuner
+    from aotc.schedules.tune import Budget, tune as run_tuner
     from aotc.targets import resolve
 
     from aotc import settings
@@ -99,7 +103,8 @@ def tune(model, target: str = "x86", trials: int = 64, log: str | Path = "tuning
         with tvm_target:
             out = default_schedule_pass(spec)(tvm.IRModule({"main": func}))
         return out["main"]
-    return run_tuner(todo, tvm_target, trials, log, default_schedule, seed=seed, say=say)
+    return run_tuner(todo, tvm_target, Budget(trials, time_budget), log, default_schedule,
+                     search=search, seed=seed, say=say)
 
 
 def load(path: str | Path, verify: bool = True):

@@ -20,6 +20,26 @@ class _Ctx:
     verbose = False
 
 
+class Duration(click.ParamType):
+    """90, 90s, 30m or 2h: seconds as a float."""
+    name = "duration"
+    UNITS = {"s": 1, "m": 60, "h": 3600}
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip().lower()
+        unit = self.UNITS.get(text[-1:], None)
+        try:
+            seconds = float(text[:-1] if unit else text) * (unit or 1)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 2h)", param, ctx)
+        if seconds <= 0:
+            self.fail(f"{value!r}: a duration must be positive", param, ctx)
+        return seconds
+
+
+DURATION = Duration()
+
+
 def _fail(err: BaseException) -> None:
     if _Ctx.verbose or settings.VERBOSE.get() == "1":
         traceback.print_exception(err)
@@ -98,23 +118,31 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
 @main.command("tune")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--target", "-t", default="x86", show_default=True, help="See `aotc targets`.")
-@click.option("--trials", default=64, show_default=True, type=click.IntRange(1),
-              help="Measurements in all, spread over the model's kernels by weight.")
+@click.option("--trials", type=click.IntRange(1),
+              help="Measurements in all, spread over the model's kernels by weight "
+                   "(default 64 when no --time-budget is given).")
+@click.option("--time-budget", "time_budget", type=DURATION, metavar="DURATION",
+              help="Wall-clock budget for the search, e.g. 90s, 30m, 2h.")
+@click.option("--search", type=click.Choice(["rl", "evolutionary"]), default="rl",
+              show_default=True, help="Search strategy: our RL search or MetaSchedule's "
+                                      "evolutionary search (the baseline).")
 @click.option("--log", "log_path", required=True, type=click.Path(dir_okay=False),
               help="Tuning log to append to (resumed: kernels it has are skipped).")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D1,D2,...",
               help="Fix an input's shape (repeatable).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @_guard
-def tune_cmd(model, target, trials, log_path, input_shape, seed):
+def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed):
     """Tune MODEL's kernels (MetaSchedule search) and log those that beat the default rules."""
     from aotc.api import tune
     from aotc.compiler.frontends.shapes import parse_input_shape
 
     shapes = dict(parse_input_shape(s) for s in input_shape)
     start = time.perf_counter()
-    report = tune(model, target, trials, log_path, input_shapes=shapes, seed=seed,
-                  progress=_progress(start))
+    if trials is None and time_budget is None:
+        trials = 64
+    report = tune(model, target, trials, log_path, time_budget=time_budget, search=search,
+                  input_shapes=shapes, seed=seed, progress=_progress(start))
     for line in report.lines():
         click.echo(line)
     click.echo(f"appended to {log_path}; compile with --tuning-log {log_path}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 LOG = logging.getLogger("aotc.tuning_log")
@@ -30,6 +30,9 @@ class Record:
     trials: int
     trace: dict            # MetaSchedule TuningRecord.as_json() of the schedule
     tvm: str               # the TVM version that replays the trace
+    search: str = "evolutionary"  # the strategy that found it (schedules.search.KINDS)
+    # best time so far as trials went on: [trials of this task, trials of the run, seconds]
+    curve: list = field(default_factory=list)
 
     def to_line(self) -> str:
         return json.dumps({"aotc_tuning_record": VERSION, **asdict(self)},

@@ -1,6 +1,7 @@
 """A live progress line while MetaSchedule measures: trials so far, trials per second, the
 best time per task and the weighted estimate of the model's kernel time against the untuned
-one (MetaSchedule's own log goes to files only)."""
+one (MetaSchedule's own log goes to files only). It also keeps each task's tuning curve (best
+time after each improvement), which the log records and ``aotc tune-report`` plots."""
 
 from __future__ import annotations
 
@@ -17,18 +18,24 @@ class ProgressLine(PyMeasureCallback):
         super().__init__()
         self.names, self.weights, self.say = names, weights, say
         self.best: dict[int, float] = {}
+        self.task_trials: dict[int, int] = {}
+        # task -> [[trials of the task, trials of the run, best seconds so far], ...]
+        self.curves: dict[int, list[list]] = {}
         self.trials, self.failed, self.start = 0, 0, time.perf_counter()
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         for built, ran in zip(builder_results, runner_results):
             self.trials += 1
+            self.task_trials[task_id] = self.task_trials.get(task_id, 0) + 1
             if built.error_msg or ran.error_msg or not ran.run_secs:
                 self.failed += 1
                 continue
             seconds = sum(float(s) for s in ran.run_secs) / len(ran.run_secs)
             if seconds < self.best.get(task_id, float("inf")):
                 self.best[task_id] = seconds
+                self.curves.setdefault(task_id, []).append(
+                    [self.task_trials[task_id], self.trials, seconds])
         elapsed = time.perf_counter() - self.start
         best = self.best.get(task_id)
         estimate = sum(w * self.best[i] for i, w in enumerate(self.weights) if i in self.best)

@@ -16,6 +16,8 @@ from tvm.s_tir import meta_schedule as ms
 
 from aotc.compiler.lower.cpu_contraction import Contraction
 
+from .intrinsics import register_cpu_intrinsics
+
 
 def default_rules_space(target: tvm.target.Target) -> ms.space_generator.ScheduleFn:
     def schedule(sch):
@@ -26,5 +28,8 @@ def default_rules_space(target: tvm.target.Target) -> ms.space_generator.Schedul
 
 
 def search_space(target: tvm.target.Target) -> ms.space_generator.SpaceGenerator:
+    """The union; registers the CPU tensor intrinsics first, so that the TuneContext it goes
+    into finds them loaded instead of importing every backend's (intrinsics.py)."""
+    register_cpu_intrinsics()
     return ms.space_generator.SpaceGeneratorUnion(
         [ms.space_generator.PostOrderApply(), default_rules_space(target)])

@@ -1,18 +1,20 @@
-"""Tune a module's kernels with MetaSchedule and keep what beats the default rules.
+"""Tune a module's kernels and keep what beats the default rules.
 
 The search space is MetaSchedule's for the target (PostOrderApply with the target's schedule
 rules, postprocessors and mutators) united with our default rules' own (space.py: the untuned
-register tile is a point of it), searched by MetaSchedule's evolutionary strategy with its
-XGBoost cost model, measured by its local builder and runner (each candidate in a worker process with
-a timeout, so a candidate that fails to build, crashes or hangs is recorded as failed and the
-tuner goes on). What is new here: the best schedule of each task is timed against the default
-rules' schedule of the same kernel (compiler/lower), the same way, and both times go into the
-log; compile applies a record only when it beat the default, so a log never makes a kernel
-slower (as measured).
+register tile is a point of it). It is searched by our RL search or MetaSchedule's
+evolutionary one (search/, ``--search``), both ranking candidates with MetaSchedule's XGBoost
+cost model, both measured by MetaSchedule's local builder and runner (each candidate in a
+worker process with a timeout, so a candidate that fails to build, crashes or hangs is
+recorded as failed and the tuner goes on). A time budget runs the search in rounds over one
+database until the time is spent. What is new here: the best schedule of each task is timed
+against the default rules' schedule of the same kernel (compiler/lower), the same way, and
+both times go into the log with the task's tuning curve; compile applies a record only when
+it beat the default, so a log never makes a kernel slower (as measured).
 
 Not here yet (the tuner issue, in progress): decisions of the default rules beyond the
-contraction's register tile, the RL search strategy, cost-model ranking reports, a gain-driven task scheduler beyond
-MetaSchedule's gradient one, tuning-curve plots."""
+contraction's register tile, a warm-started cost model, a gain-driven task scheduler beyond
+MetaSchedule's gradient one."""
 
 from __future__ import annotations
 
@@ -27,7 +29,11 @@ from tvm.s_tir import meta_schedule as ms
 from . import log as tuning_log
 from .keys import target_key
 from .measure import kernel_seconds
+from . import search as search_strategy
+from .builder import PersistentBuilder
+from .intrinsics import register_cpu_intrinsics
 from .progress import ProgressLine
+from .search import SearchStats
 from .space import search_space
 from .tasks import Task
 
@@ -38,6 +44,23 @@ BUILD_TIMEOUT_S = 120.0
 RUN_TIMEOUT_S = 60.0
 
 
+# XGBModel trains after this many measurements (MetaSchedule's default, 100, left budgets of
+# 32-64 trials a task ranked at random throughout).
+COST_MODEL_WARMUP = 24
+# A time budget runs the search in rounds of this many trials per task.
+ROUND_TRIALS_PER_TASK = 32
+
+
+@dataclass
+class Budget:
+    trials: int | None = None      # measurements in all
+    seconds: float | None = None   # wall-clock time for the search
+
+    def __post_init__(self):
+        if self.trials is None and self.seconds is None:
+            raise ValueError("a tuning budget needs trials, a time, or both")
+
+
 @dataclass
 class TaskResult:
     task: str
@@ -45,12 +68,15 @@ class TaskResult:
     default_seconds: float
     tuned_seconds: float | None  # None: no valid candidate
     kept: bool
+    curve: list = field(default_factory=list)
 
 
 @dataclass
 class TuneReport:
     trials: int
     seconds: float
+    search: str = "evolutionary"
+    ranking_accuracy: float | None = None  # cost model, on measurements it had not seen
     results: list[TaskResult] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -59,41 +85,52 @@ class TuneReport:
             tuned = f"{r.tuned_seconds * 1e3:9.4f}" if r.tuned_seconds else f"{'-':>9s}"
             out.append(f"{r.task[:44]:44s} {r.weight:5d} {r.default_seconds * 1e3:10.4f} "
                        f"{tuned}  {'yes' if r.kept else 'no'}")
-        out.append(f"{self.trials} trials in {self.seconds:.0f} s "
+        out.append(f"{self.trials} trials ({self.search} search) in {self.seconds:.0f} s "
                    f"({self.trials / max(self.seconds, 1e-9):.2f} trials/s)")
+        if self.ranking_accuracy is not None:
+            out.append(f"cost model ranked {self.ranking_accuracy:.0%} of measured pairs "
+                       "right before measuring them")
         return out
 
 
-def tune(tasks: list[Task], target: tvm.target.Target, trials: int, log_path,
+def tune(tasks: list[Task], target: tvm.target.Target, budget: Budget, log_path,
          default_schedule: Callable[[tvm.tirx.PrimFunc], tvm.tirx.PrimFunc], *,
-         seed: int = 0, say: Callable[[str], None] = lambda _m: None) -> TuneReport:
-    """Spend ``trials`` measurements over ``tasks`` (MetaSchedule's gradient task scheduler
-    splits them by weight), then append a record for every task with a valid candidate: its
-    best schedule's time and ``default_schedule(func)``'s time."""
+         search: str = "evolutionary", seed: int = 0,
+         say: Callable[[str], None] = lambda _m: None) -> TuneReport:
+    """Spend ``budget`` over ``tasks`` (MetaSchedule's gradient task scheduler splits it by
+    weight), then append a record for every task with a valid candidate: its best
+    schedule's time and ``default_schedule(func)``'s time."""
     start = time.perf_counter()
-    report = TuneReport(trials, 0.0)
+    report = TuneReport(0, 0.0, search)
     if not tasks:
         return report
-    contexts = [ms.TuneContext(task_module(t.func), target=target,
-                               space_generator=search_space(target),
-                               search_strategy="evolutionary", task_name=t.name,
-                               rand_state=seed + i, num_threads="physical").clone()
-                for i, t in enumerate(tasks)]
+    register_cpu_intrinsics()
+    stats = SearchStats()
+    progress = ProgressLine([t.name for t in tasks], [t.weight for t in tasks], say)
     database = ms.database.MemoryDatabase()
-    with tempfile.TemporaryDirectory(prefix="aotc-tune-") as work_dir:
-        say(f"tuning {len(tasks)} tasks, {trials} trials")
-        ms.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks],
-                      work_dir=work_dir, max_trials_global=trials,
-                      num_trials_per_iter=min(64, max(trials // len(tasks), 4)),
-                      database=database, cost_model="xgb",
-                      measure_callbacks=[
-                          *ms.measure_callback.MeasureCallback.create("default"),
-                          ProgressLine([t.name for t in tasks], [t.weight for t in tasks], say)],
-                      builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S),
-                      runner=ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S))
+    cost_model = ms.cost_model.XGBModel(num_warmup_samples=COST_MODEL_WARMUP)
+    measure = Measurement(PersistentBuilder(BUILD_TIMEOUT_S),
+                          ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S))
+    say(f"tuning {len(tasks)} tasks ({search} search)")
+    try:
+        while True:
+            trials = _round_trials(budget, progress.trials, len(tasks),
+                                   time.perf_counter() - start)
+            if trials <= 0:
+                break
+            before = progress.trials
+            _search_round(tasks, target, trials, database, cost_model, progress, measure,
+                          search_strategy.create(search, stats), seed + progress.trials)
+            if budget.seconds is None or progress.trials == before:
+                break  # a trial budget takes one round; a round that measured nothing ends
+    finally:
+        measure.builder.shutdown()
+    report.trials = progress.trials
+    report.ranking_accuracy = stats.ranking_accuracy if search == "rl" else None
     records = []
-    for task in tasks:
-        result, record = _best_against_default(task, target, database, default_schedule, trials)
+    for task_id, task in enumerate(tasks):
+        result, record = _best_against_default(task, target, database, default_schedule,
+                                               progress, task_id, search)
         report.results.append(result)
         if record is not None:
             records.append(record)
@@ -105,26 +142,66 @@ def tune(tasks: list[Task], target: tvm.target.Target, trials: int, log_path,
     return report
 
 
+def _round_trials(budget: Budget, done: int, tasks: int, elapsed: float) -> int:
+    """Trials for the next round: what the trial budget leaves, and under a time budget no
+    more than the measured rate fits in the time left (the first round is a short probe)."""
+    left = budget.trials - done if budget.trials is not None else None
+    if budget.seconds is None:
+        return left
+    remaining = budget.seconds - elapsed
+    if remaining <= 0:
+        return 0
+    fits = int(done / elapsed * remaining) if done else 4 * tasks
+    per_round = max(4, min(ROUND_TRIALS_PER_TASK * tasks, fits))
+    return per_round if left is None else min(left, per_round)
+
+
+@dataclass
+class Measurement:
+    """Builder and runner, kept for every round of a run (their worker pools stay warm)."""
+    builder: PersistentBuilder
+    runner: ms.runner.Runner
+
+
+def _search_round(tasks, target, trials, database, cost_model, progress, measure, strategy,
+                  seed):
+    contexts = [ms.TuneContext(task_module(t.func), target=target,
+                               space_generator=search_space(target),
+                               search_strategy=strategy, task_name=t.name,
+                               rand_state=seed + i, num_threads="physical").clone()
+                for i, t in enumerate(tasks)]
+    with tempfile.TemporaryDirectory(prefix="aotc-tune-") as work_dir:
+        ms.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks],
+                      work_dir=work_dir, max_trials_global=trials,
+                      num_trials_per_iter=min(64, max(trials // len(tasks), 4)),
+                      database=database, cost_model=cost_model,
+                      measure_callbacks=[
+                          *ms.measure_callback.MeasureCallback.create("default"), progress],
+                      builder=measure.builder, runner=measure.runner)
+
+
 def task_module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
     """The kernel as MetaSchedule tunes and replays it: alone, named ``main`` (without a
     global symbol, TVM's MakePackedAPI skips it and every candidate fails to build)."""
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
-def _best_against_default(task, target, database, default_schedule, trials):
+def _best_against_default(task, target, database, default_schedule, progress, task_id,
+                          search):
     mod = task_module(task.func)
     default_seconds = kernel_seconds(default_schedule(task.func), target)
     workload = database.commit_workload(mod)
     best = database.get_top_k(workload, 1)
     if not best:
         return TaskResult(task.name, task.weight, default_seconds, None, False), None
+    curve = progress.curves.get(task_id, [])
     schedule = database.query_schedule(mod, target, workload_name="main")
     tuned_seconds = kernel_seconds(schedule.mod["main"], target)
     kept = tuned_seconds < default_seconds
-    result = TaskResult(task.name, task.weight, default_seconds, tuned_seconds, kept)
+    result = TaskResult(task.name, task.weight, default_seconds, tuned_seconds, kept, curve)
     # logged either way (a resumed run skips the task); compile applies it only when faster
     record = tuning_log.Record(
         workload=task.key, target=target_key(target), task=task.name, seconds=tuned_seconds,
-        default_seconds=default_seconds, trials=trials, trace=best[0].as_json(),
-        tvm=tvm.__version__)
+        default_seconds=default_seconds, trials=progress.task_trials.get(task_id, 0),
+        trace=best[0].as_json(), tvm=tvm.__version__, search=search, curve=curve)
     return result, record

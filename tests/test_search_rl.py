@@ -1,0 +1,103 @@
+"""The RL search's parts: moves on trace decisions keep tilings perfect and within bounds; a
+rewarded move becomes likelier under REINFORCE (and a punished one less likely); the policy
+survives a JSON round trip; the search run by MetaSchedule's task scheduler on a matmul finds
+valid schedules, shares its policy across clones and reports the cost model's ranking."""
+
+import random
+
+import numpy as np
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from aotc.schedules.builder import PersistentBuilder
+from aotc.schedules.search import RLSearch, SearchStats, create
+from aotc.schedules.search.decisions import CATEGORICAL, TILE, decisions
+from aotc.schedules.search.policy import Policy
+from aotc.schedules.space import search_space
+from test_tuning_space import TARGET, _matmul
+
+
+def _design_space_trace():
+    mod = tvm.IRModule({"main": _matmul()})
+    context = ms.TuneContext(mod, target=TARGET, space_generator=search_space(TARGET),
+                             search_strategy="evolutionary", task_name="t", num_threads=2)
+    return context.space_generator.generate_design_space(mod)[0].trace
+
+
+def test_tile_moves_keep_the_product_and_the_innermost_bound():
+    trace, rng = _design_space_trace(), random.Random(0)
+    for _ in range(200):
+        options = [d for d in decisions(trace) if d.kind == TILE]
+        decision = rng.choice(options)
+        moves = [m for m in decision.moves() if decision.valid(m)]
+        if not moves:
+            continue
+        trace = decision.apply(trace, rng.choice(moves), rng)
+        after = next(d for d in decisions(trace) if d.which_key == decision.which_key)
+        assert np.prod(after.value) == np.prod(decision.value)
+        assert after.choices[1] <= 0 or after.value[-1] <= after.choices[1]
+
+
+def test_categorical_moves_pick_another_candidate():
+    trace = _design_space_trace()
+    decision = next(d for d in decisions(trace) if d.kind == CATEGORICAL)
+    assert not decision.valid((decision.value[0],))
+    other = next(m for m in decision.moves() if decision.valid(m))
+    moved = decision.apply(trace, other, random.Random(0))
+    assert next(d for d in decisions(moved)
+                if d.which_key == decision.which_key).value == other
+
+
+def _probability_of(policy, options, target_key, rng, draws=400):
+    hits = sum(policy.sample(options, rng)[0].which_key == target_key for _ in range(draws))
+    return hits / draws
+
+
+def test_reinforce_moves_probability_towards_rewarded_choices():
+    options, rng = decisions(_design_space_trace()), random.Random(1)
+    policy = Policy(learning_rate=0.5)
+    favoured = options[0].which_key
+    before = _probability_of(policy, options, favoured, rng)
+    for _ in range(30):
+        episodes = []
+        for _ in range(8):
+            decision, _move, step = policy.sample(options, rng)
+            episodes.append(([step], 1.0 if decision.which_key == favoured else -1.0))
+        policy.reinforce(episodes, "test")
+    assert _probability_of(policy, options, favoured, rng) > before + 0.3
+
+
+def test_policy_round_trips_through_json():
+    policy = Policy(which={"SamplePerfectTile#0": 0.5}, move={"k": [0.1, -0.2]},
+                    baseline={"measured": 0.3}, updates=4)
+    again = Policy.from_json(policy.to_json())
+    assert (again.which, again.move, again.baseline, again.updates) == \
+        (policy.which, policy.move, policy.baseline, policy.updates)
+
+
+def test_both_searches_are_selectable_by_name():
+    assert isinstance(create("rl", SearchStats()), RLSearch)
+    assert create("evolutionary") == "evolutionary"
+    import pytest
+    with pytest.raises(ValueError, match="unknown search"):
+        create("annealing")
+
+
+def test_rl_search_tunes_a_matmul(tmp_path):
+    """tune_tir clones the TuneContext (and so the strategy): the stats passed in still fill,
+    so clones share one policy."""
+    mod = tvm.IRModule({"main": _matmul()})
+    stats = SearchStats()
+    builder = PersistentBuilder(timeout_sec=120)
+    try:
+        database = ms.tune_tir(mod, TARGET, str(tmp_path), max_trials_global=16,
+                               num_trials_per_iter=8, space=search_space(TARGET),
+                               strategy=RLSearch(stats, episodes=32), builder=builder,
+                               cost_model=ms.cost_model.XGBModel(num_warmup_samples=8))
+    finally:
+        builder.shutdown()
+    records = database.get_all_tuning_records()
+    assert len(records) == 16
+    assert sum(bool(r.run_secs) for r in records) >= 12  # nearly all candidates ran
+    assert stats.episodes > 0 and stats.policy.updates > 0
+    assert stats.ranking_accuracy is not None

@@ -1,0 +1,49 @@
+"""Measurement parts of the tuner: the persistent builder turns a candidate that cannot build
+into a failed result and goes on building the next; the time budget's rounds fit the
+measured rate; durations parse as the CLI documents."""
+
+import click
+import pytest
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from aotc.cli import DURATION
+from aotc.schedules.builder import PersistentBuilder
+from aotc.schedules.tune import Budget, _round_trials
+from test_tuning_space import TARGET, _matmul
+
+
+# LLVM has no backend for this triple: code generation fails inside the worker
+UNBUILDABLE = tvm.target.Target({"kind": "llvm", "mtriple": "nonsense-unknown-none"})
+
+
+def test_a_failed_build_is_a_result_and_the_next_one_builds():
+    builder = PersistentBuilder(timeout_sec=120)
+    try:
+        results = builder.build([ms.builder.BuilderInput(tvm.IRModule({"main": _matmul()}),
+                                                         UNBUILDABLE),
+                                 ms.builder.BuilderInput(tvm.IRModule({"main": _matmul()}),
+                                                         TARGET)])
+    finally:
+        builder.shutdown()
+    assert results[0].artifact_path is None and "build failed" in results[0].error_msg
+    assert results[1].error_msg is None and results[1].artifact_path.endswith(".tar")
+
+
+def test_time_budget_rounds_follow_the_measured_rate():
+    assert _round_trials(Budget(trials=100), 40, 3, 10.0) == 60
+    budget = Budget(seconds=60.0)
+    assert _round_trials(budget, 0, 3, 1.0) == 12          # first round: a short probe
+    assert _round_trials(budget, 20, 3, 20.0) == 40        # 1 trial/s, 40 s left
+    assert _round_trials(budget, 20, 3, 61.0) == 0
+    assert _round_trials(Budget(trials=30, seconds=60.0), 20, 3, 20.0) == 10
+    with pytest.raises(ValueError):
+        Budget()
+
+
+def test_durations():
+    assert [DURATION.convert(v, None, None) for v in ("90", "90s", "30m", "2h")] == \
+        [90, 90, 1800, 7200]
+    for bad in ("soon", "-5m", "0"):
+        with pytest.raises(click.exceptions.BadParameter):
+            DURATION.convert(bad, None, None)
