@@ -70,15 +70,37 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     has a record for are skipped). The budget is ``trials`` measurements, ``time_budget``
     seconds, or whichever runs out first; ``search`` is "rl" or "evolutionary"
     (aotc.schedules.search). Returns the tuning report (aotc.schedules.tune.TuneReport)."""
+    from aotc.schedules import target_key
+    from aotc.schedules import log as tuning_log
+    from aotc.schedules.tune import Budget, tune as run_tuner
+
+    say = progress or (lambda _msg: None)
+    tasks, tvm_target, default_schedule = tuning_tasks(
+        model, target, input_shapes=input_shapes, example_inputs=example_inputs,
+        options=options, progress=say)
+    done, checkpoints = set(), {}
+    if Path(log).is_file():
+        key = target_key(tvm_target)
+        done = set(tuning_log.best_records([log], key, beating_default=False))
+        checkpoints = tuning_log.best_records([log], key, beating_default=False, final=False)
+    todo = [t for t in tasks if t.key not in done]
+    say(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already in {log}")
+    return run_tuner(todo, tvm_target, Budget(trials, time_budget), log, default_schedule,
+                     search=search, seed=seed, checkpoints=checkpoints, say=say)
+
+
+def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_inputs=None,
+                 options=None, progress: Callable[[str], None] | None = None):
+    """(tasks, TVM target, default_schedule): the kernels compile would schedule for
+    ``model`` (aotc.schedules.Task, same passes so that keys match), and the default rules
+    as a function of one kernel, which tuned schedules are timed against."""
     import tvm
 
     from aotc.compiler import import_model
     from aotc.compiler.lower import default_schedule_pass
     from aotc.compiler.pipeline import run_phases
     from aotc.options import CompileOptions
-    from aotc.schedules import extract_tasks, target_key
-    from aotc.schedules import log as tuning_log
-    from aotc.schedules.tune import Budget, tune as run_tuner
+    from aotc.schedules import extract_tasks
     from aotc.targets import resolve
 
     from aotc import settings
@@ -93,18 +115,12 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     imported = import_model(model, input_shapes=input_shapes, example_inputs=example_inputs)
     mod = run_phases(imported.mod, spec, tvm_target, options or CompileOptions(),
                      lambda p: say(f"phase {p}"), stop_before="schedule")
-    tasks = extract_tasks(mod)
-    done = set(tuning_log.best_records([log], target_key(tvm_target), beating_default=False)) \
-        if Path(log).is_file() else set()
-    todo = [t for t in tasks if t.key not in done]
-    say(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already in {log}")
 
     def default_schedule(func):
         with tvm_target:
             out = default_schedule_pass(spec)(tvm.IRModule({"main": func}))
         return out["main"]
-    return run_tuner(todo, tvm_target, Budget(trials, time_budget), log, default_schedule,
-                     search=search, seed=seed, say=say)
+    return extract_tasks(mod), tvm_target, default_schedule
 
 
 def load(path: str | Path, verify: bool = True):

@@ -148,6 +148,30 @@ def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, 
     click.echo(f"appended to {log_path}; compile with --tuning-log {log_path}")
 
 
+@main.command("tune-report")
+@click.argument("log", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out-dir", "-o", type=click.Path(file_okay=False),
+              help="Write tasks.png and end_to_end.png (best latency against trials).")
+@_guard
+def tune_report_cmd(log, out_dir):
+    """Per-task results of a tuning log, and tuning-curve plots."""
+    from aotc.schedules import log as tuning_log
+    from aotc.schedules import report
+
+    records, warnings = tuning_log.read(log)
+    for warning in warnings:
+        click.echo(warning, err=True)
+    records = report.latest_per_task([r for r in records if r.final])
+    if not records:
+        raise click.ClickException(f"{log}: no finished tuning records")
+    for line in report.table(records):
+        click.echo(line)
+    if out_dir:
+        paths = report.plot(records, out_dir)
+        click.echo("wrote " + ", ".join(map(str, paths)) if paths
+                   else "matplotlib not installed: no plots (pip install '.[bench]')")
+
+
 @main.command("run")
 @click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
 @click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy")

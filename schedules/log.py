@@ -33,6 +33,10 @@ class Record:
     search: str = "evolutionary"  # the strategy that found it (schedules.search.KINDS)
     # best time so far as trials went on: [trials of this task, trials of the run, seconds]
     curve: list = field(default_factory=list)
+    calls: int = 1         # times the kernel runs per inference of the model tuned
+    # False: written while the search ran (checkpoint.py), timed by MetaSchedule's runner
+    # only; a resumed run starts from it, compile does not apply it
+    final: bool = True
 
     def to_line(self) -> str:
         return json.dumps({"aotc_tuning_record": VERSION, **asdict(self)},
@@ -86,15 +90,18 @@ def read(path: str | Path) -> tuple[list[Record], list[str]]:
     return records, warnings
 
 
-def best_records(paths, target: str, beating_default: bool = True) -> dict[str, Record]:
-    """workload key -> the fastest record for ``target`` across all ``paths`` (only records
-    faster than the default rules' schedule, unless ``beating_default`` is False)."""
+def best_records(paths, target: str, beating_default: bool = True,
+                 final: bool = True) -> dict[str, Record]:
+    """workload key -> the fastest record for ``target`` across all ``paths``: only records
+    faster than the default rules' schedule, unless ``beating_default`` is False; only final
+    records (both times measured the same way at the end of a run), unless ``final`` is
+    False (then checkpoints only)."""
     best: dict[str, Record] = {}
     for path in paths:
         records, _ = read(path)
         for record in records:
-            if record.target != target or (beating_default and
-                                           record.seconds >= record.default_seconds):
+            if record.target != target or record.final != final or (
+                    beating_default and record.seconds >= record.default_seconds):
                 continue
             if record.workload not in best or record.seconds < best[record.workload].seconds:
                 best[record.workload] = record

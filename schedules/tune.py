@@ -30,9 +30,12 @@ from . import log as tuning_log
 from .keys import target_key
 from .measure import kernel_seconds
 from . import search as search_strategy
+from . import warm_state
 from .builder import PersistentBuilder
+from .checkpoint import CheckpointWriter, commit_checkpoints
 from .intrinsics import register_cpu_intrinsics
 from .progress import ProgressLine
+from .ranking import RankingProbe
 from .search import SearchStats
 from .space import search_space
 from .tasks import Task
@@ -95,42 +98,38 @@ class TuneReport:
 
 def tune(tasks: list[Task], target: tvm.target.Target, budget: Budget, log_path,
          default_schedule: Callable[[tvm.tirx.PrimFunc], tvm.tirx.PrimFunc], *,
-         search: str = "evolutionary", seed: int = 0,
+         search: str = "evolutionary", seed: int = 0, checkpoints: dict | None = None,
          say: Callable[[str], None] = lambda _m: None) -> TuneReport:
     """Spend ``budget`` over ``tasks`` (MetaSchedule's gradient task scheduler splits it by
     weight), then append a record for every task with a valid candidate: its best
-    schedule's time and ``default_schedule(func)``'s time."""
+    schedule's time and ``default_schedule(func)``'s time. Each new best is checkpointed
+    to the log as it is found; ``checkpoints`` (workload key -> Record, from an earlier run
+    that was stopped) are where the search starts."""
     start = time.perf_counter()
     report = TuneReport(0, 0.0, search)
     if not tasks:
         return report
-    register_cpu_intrinsics()
-    stats = SearchStats()
-    progress = ProgressLine([t.name for t in tasks], [t.weight for t in tasks], say)
-    database = ms.database.MemoryDatabase()
-    cost_model = ms.cost_model.XGBModel(num_warmup_samples=COST_MODEL_WARMUP)
-    measure = Measurement(PersistentBuilder(BUILD_TIMEOUT_S),
-                          ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S))
-    say(f"tuning {len(tasks)} tasks ({search} search)")
+    run = _Run.start(tasks, target, log_path, default_schedule, search, checkpoints, say)
     try:
         while True:
-            trials = _round_trials(budget, progress.trials, len(tasks),
+            trials = _round_trials(budget, run.progress.trials, len(tasks),
                                    time.perf_counter() - start)
             if trials <= 0:
                 break
-            before = progress.trials
-            _search_round(tasks, target, trials, database, cost_model, progress, measure,
-                          search_strategy.create(search, stats), seed + progress.trials)
-            if budget.seconds is None or progress.trials == before:
+            before = run.progress.trials
+            run.search_round(trials, search_strategy.create(search, run.stats),
+                             seed + before)
+            if budget.seconds is None or run.progress.trials == before:
                 break  # a trial budget takes one round; a round that measured nothing ends
     finally:
-        measure.builder.shutdown()
-    report.trials = progress.trials
-    report.ranking_accuracy = stats.ranking_accuracy if search == "rl" else None
+        run.builder.shutdown()
+    warm_state.save(run.cost_model, run.stats.policy, log_path)
+    report.trials = run.progress.trials
+    report.ranking_accuracy = run.stats.ranking_accuracy
     records = []
     for task_id, task in enumerate(tasks):
-        result, record = _best_against_default(task, target, database, default_schedule,
-                                               progress, task_id, search)
+        result, record = _best_against_default(task, target, run.database, default_schedule,
+                                               run.progress, task_id, search)
         report.results.append(result)
         if record is not None:
             records.append(record)
@@ -140,6 +139,60 @@ def tune(tasks: list[Task], target: tvm.target.Target, budget: Budget, log_path,
     tuning_log.append(log_path, records)
     report.seconds = time.perf_counter() - start
     return report
+
+
+@dataclass
+class _Run:
+    """What one tuning run keeps across its rounds: one database, one cost model (warm from
+    the log's state when there is one), one search state, warm builder and runner pools, and
+    the measure callbacks (ranking probe first: it must see each batch before the model
+    retrains on it)."""
+    tasks: list
+    target: tvm.target.Target
+    database: object
+    cost_model: object
+    stats: SearchStats
+    progress: ProgressLine
+    callbacks: list
+    builder: PersistentBuilder
+    runner: object
+
+    @classmethod
+    def start(cls, tasks, target, log_path, default_schedule, search, checkpoints, say):
+        register_cpu_intrinsics()
+        cost_model = ms.cost_model.XGBModel(num_warmup_samples=COST_MODEL_WARMUP)
+        policy, warm = warm_state.load(cost_model, log_path)
+        stats = SearchStats(policy) if policy is not None else SearchStats()
+        if warm or policy is not None:
+            say(f"warm start: cost model with {warm} measurements"
+                + (f", policy after {policy.updates} updates" if policy else ""))
+        database = ms.database.MemoryDatabase()
+        resumed = commit_checkpoints(database, tasks, target, checkpoints or {})
+        if resumed:
+            say(f"resuming {resumed} tasks from checkpoints in {log_path}")
+        defaults = [kernel_seconds(default_schedule(t.func), target) for t in tasks]
+        progress = ProgressLine([t.name for t in tasks], [t.weight for t in tasks], say)
+        callbacks = [RankingProbe(cost_model, stats),
+                     *ms.measure_callback.MeasureCallback.create("default"), progress,
+                     CheckpointWriter(tasks, target, log_path, defaults, search)]
+        say(f"tuning {len(tasks)} tasks ({search} search)")
+        return cls(tasks, target, database, cost_model, stats, progress, callbacks,
+                   PersistentBuilder(BUILD_TIMEOUT_S),
+                   ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S))
+
+    def search_round(self, trials: int, strategy, seed: int) -> None:
+        contexts = [ms.TuneContext(task_module(t.func), target=self.target,
+                                   space_generator=search_space(self.target),
+                                   search_strategy=strategy, task_name=t.name,
+                                   rand_state=seed + i, num_threads="physical").clone()
+                    for i, t in enumerate(self.tasks)]
+        with tempfile.TemporaryDirectory(prefix="aotc-tune-") as work_dir:
+            ms.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in self.tasks],
+                          work_dir=work_dir, max_trials_global=trials,
+                          num_trials_per_iter=min(64, max(trials // len(self.tasks), 4)),
+                          database=self.database, cost_model=self.cost_model,
+                          measure_callbacks=self.callbacks, builder=self.builder,
+                          runner=self.runner)
 
 
 def _round_trials(budget: Budget, done: int, tasks: int, elapsed: float) -> int:
@@ -154,30 +207,6 @@ def _round_trials(budget: Budget, done: int, tasks: int, elapsed: float) -> int:
     fits = int(done / elapsed * remaining) if done else 4 * tasks
     per_round = max(4, min(ROUND_TRIALS_PER_TASK * tasks, fits))
     return per_round if left is None else min(left, per_round)
-
-
-@dataclass
-class Measurement:
-    """Builder and runner, kept for every round of a run (their worker pools stay warm)."""
-    builder: PersistentBuilder
-    runner: ms.runner.Runner
-
-
-def _search_round(tasks, target, trials, database, cost_model, progress, measure, strategy,
-                  seed):
-    contexts = [ms.TuneContext(task_module(t.func), target=target,
-                               space_generator=search_space(target),
-                               search_strategy=strategy, task_name=t.name,
-                               rand_state=seed + i, num_threads="physical").clone()
-                for i, t in enumerate(tasks)]
-    with tempfile.TemporaryDirectory(prefix="aotc-tune-") as work_dir:
-        ms.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks],
-                      work_dir=work_dir, max_trials_global=trials,
-                      num_trials_per_iter=min(64, max(trials // len(tasks), 4)),
-                      database=database, cost_model=cost_model,
-                      measure_callbacks=[
-                          *ms.measure_callback.MeasureCallback.create("default"), progress],
-                      builder=measure.builder, runner=measure.runner)
 
 
 def task_module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
@@ -203,5 +232,6 @@ def _best_against_default(task, target, database, default_schedule, progress, ta
     record = tuning_log.Record(
         workload=task.key, target=target_key(target), task=task.name, seconds=tuned_seconds,
         default_seconds=default_seconds, trials=progress.task_trials.get(task_id, 0),
-        trace=best[0].as_json(), tvm=tvm.__version__, search=search, curve=curve)
+        trace=best[0].as_json(), tvm=tvm.__version__, search=search, curve=curve,
+        calls=task.weight)
     return result, record

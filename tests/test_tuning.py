@@ -1,9 +1,15 @@
 """The tuner end to end with a tiny budget (4 MetaSchedule trials on one matmul kernel): the
 log gets a record with both the tuned and the default time, a second run resumes (nothing left
 to tune), and compiling with the log matches onnxruntime; a record that beat the default is
-replayed into the kernel (marked tuned), one that did not is left out."""
+replayed into the kernel (marked tuned), one that did not is left out. A tuner killed with
+SIGKILL mid-search leaves its checkpoints readable, and the next run starts from them."""
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import onnx
@@ -32,8 +38,10 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
     assert [r.task for r in report.results] == ["fused_matmul_relu"]
     assert report.results[0].tuned_seconds is not None  # at least one candidate ran
     records, warnings = tuning_log.read(log)
-    assert len(records) == 1 and warnings == []
-    record = records[0]
+    assert warnings == [] and not records[0].final  # the first new best, checkpointed
+    finals = [r for r in records if r.final]
+    assert len(finals) == 1
+    record = finals[0]
     assert record.seconds > 0 and record.default_seconds > 0
 
     assert aotc.tune(model, trials=4, log=log).results == []  # resumed: nothing left
@@ -58,3 +66,28 @@ def test_a_missing_log_is_named(tmp_path):
     with pytest.raises(CompileError, match="no-such.jsonl"):
         aotc.compile(_matmul_relu(tmp_path / "mm.onnx"), output=tmp_path / "mm.so",
                      tuning_logs=[tmp_path / "no-such.jsonl"])
+
+
+def test_a_killed_tuner_keeps_its_checkpoints_and_resumes_from_them(tmp_path):
+    model = _matmul_relu(tmp_path / "mm.onnx")
+    log = tmp_path / "mm.jsonl"
+    tuner = subprocess.Popen(
+        [sys.executable, "-c", "from aotc.cli import main; main()", "tune", str(model),
+         "--trials", "400", "--log", str(log)],
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and tuner.poll() is None and \
+                not (log.is_file() and log.stat().st_size):
+            time.sleep(0.2)
+    finally:
+        os.killpg(tuner.pid, signal.SIGKILL)  # the tuner and its build and run workers
+        tuner.wait()
+    records, _ = tuning_log.read(log)
+    assert records and not any(r.final for r in records)  # killed before the end
+
+    said = []
+    aotc.tune(model, trials=4, log=log, progress=said.append)
+    assert any("resuming 1 tasks" in line for line in said)
+    records, _ = tuning_log.read(log)
+    assert records[-1].final

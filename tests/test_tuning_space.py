@@ -4,6 +4,7 @@ get MetaSchedule's space only; a schedule drawn from the default-rules space com
 numbers."""
 
 import numpy as np
+import pytest
 import tvm
 from tvm import te, topi
 from tvm.s_tir import meta_schedule as ms
@@ -36,8 +37,9 @@ def _sampled(schedule):
 def test_the_untuned_tile_is_the_default_decision():
     spaces = _spaces(_matmul(), default_rules_space(TARGET))
     assert len(spaces) == 1
-    # 96 columns: two 16-lane vectors (as untuned); 64 rows: blocks of 8 (24 accumulators max)
-    assert _sampled(spaces[0]) == [32, 8]
+    # 96 columns: two 16-lane vectors (as untuned); 64 rows: blocks of 8 (24 accumulators max);
+    # the reduction not unrolled (as untuned)
+    assert _sampled(spaces[0]) == [32, 8, 1]
 
 
 def test_union_adds_the_default_rules_space_to_metaschedule():
@@ -53,8 +55,23 @@ def test_non_contractions_get_no_default_rules_space():
     assert _spaces(softmax, default_rules_space(TARGET)) == []
 
 
-def test_a_schedule_from_the_space_computes_the_matmul():
+def _with_decisions(schedule, values):
+    """The schedule's trace replayed with its categorical decisions set to ``values``."""
+    trace = schedule.trace
+    insts = [i for i in trace.insts if i.kind.name == "SampleCategorical"]
+    for inst, value in zip(insts, values):
+        trace = trace.with_decision(inst, [int(c) for c in inst.attrs[0]].index(value), True)
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": _matmul()}))
+    trace.apply_to_schedule(sch, remove_postproc=True)
+    return sch
+
+
+@pytest.mark.parametrize("decisions", [None, [16, 4, 4], [48, 2, 8]])
+def test_schedules_from_the_space_compute_the_matmul(decisions):
     schedule = _spaces(_matmul(), default_rules_space(TARGET))[0]
+    if decisions is not None:
+        schedule = _with_decisions(schedule, decisions)
+        assert _sampled(schedule) == decisions
     lib = tvm.compile(schedule.mod, target=TARGET)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64, 128)).astype(np.float32)

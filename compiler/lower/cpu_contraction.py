@@ -16,6 +16,9 @@ from tvm.target import Target
 from .cpu_blocks import (_MAX_ACCUMULATOR_VECTORS, _MAX_ROW_BLOCK, _extent, _largest_divisor,
                          schedule_injective_block, vector_lanes)
 
+# Unroll depths of the innermost reduction the tuner may try (the untuned schedule: 1).
+_K_UNROLL_STEPS = (1, 2, 4, 8)
+
 
 def _column_block(extent: int, lanes: int) -> int:
     """Columns per register tile: whole SIMD registers when the extent allows. MobileNetV2's
@@ -205,14 +208,29 @@ class Contraction(ScheduleRule):
             row_rv = sch.sample_categorical(rows, [1 / len(rows)] * len(rows),
                                             decision=rows.index(default_rows))
             row_out, row_in = sch.split(spatial[-2], factors=[None, row_rv])
+        reduce, k_inner = self._sample_k_unroll(sch, reduce)
         self._tile(sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
-                   col_vectors, lanes, row_out, row_in)
+                   col_vectors, lanes, row_out, row_in, k_inner)
+
+    @staticmethod
+    def _sample_k_unroll(sch, reduce):
+        """A third decision: how many steps of the innermost reduction to unroll around the
+        register tile (more independent FMAs in flight, more code). The default, 1, is the
+        untuned schedule (a loop of extent 1)."""
+        if not reduce:
+            return reduce, None
+        extent = _extent(sch, reduce[-1]) or 1
+        steps = [k for k in _K_UNROLL_STEPS if extent % k == 0]
+        k_rv = sch.sample_categorical(steps, [1 / len(steps)] * len(steps), decision=0)
+        k_outer, k_inner = sch.split(reduce[-1], factors=[None, k_rv])
+        return reduce[:-1] + [k_outer], k_inner
 
     def _tile(self, sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
-              col_vectors, vector, row_out, row_in) -> None:
+              col_vectors, vector, row_out, row_in, k_inner=None) -> None:
         """Parallel tiles, register accumulators, epilogue on the way out (both paths)."""
         outer = spatial[:-2] + ([row_out] if row_out is not None else [])
-        inner = ([row_in] if row_in is not None else []) + (
+        inner = ([k_inner] if k_inner is not None else []) + (
+            [row_in] if row_in is not None else []) + (
             [col_vectors] if col_vectors is not None else []) + [col_in]
         # col_outer first: neighbouring parallel iterations reuse the same weight columns.
         sch.reorder(col_outer, *outer, *reduce, *inner)
@@ -246,6 +264,8 @@ class Contraction(ScheduleRule):
             sch.unroll(row_in)
         if col_vectors is not None:
             sch.unroll(col_vectors)
+        if k_inner is not None:
+            sch.unroll(k_inner)
         sch.vectorize(col_in)
         if reduce:
             sch.decompose_reduction(block, reduce[0])

@@ -17,7 +17,6 @@ of them) plus episodes and fresh samples. The policy object is shared by every t
 
 from __future__ import annotations
 
-import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -37,7 +36,8 @@ REPLAY_ERRORS = (ScheduleError, ValueError, IndexError, RuntimeError)
 
 @dataclass
 class SearchStats:
-    """Shared by the clones of one run; tune.py reports it."""
+    """Shared by the clones of one run; tune.py reports it. The ranking counts are filled by
+    schedules/ranking.py (for either search)."""
     policy: Policy = field(default_factory=Policy)
     ranked_pairs: int = 0      # measured pairs the cost model's prediction ordered
     correct_pairs: int = 0     # ... the same way as the measurement
@@ -98,18 +98,16 @@ class RLSearch(PySearchStrategy):
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(measure_candidates)
         best = min((s for _, s in self.measured), default=None)
-        timed, episodes = [], []
+        episodes = []
         for proposal, result in zip(self.pending, results):
             seconds = _mean_seconds(result)
             if seconds is not None:
                 self.measured.append((proposal.sch.trace, seconds))
-                timed.append((proposal.score, seconds))
             if proposal.steps:
                 before = proposal.start_seconds or best or seconds
                 reward = -1.0 if seconds is None else clipped_log_ratio(before, seconds)
                 episodes.append((proposal.steps, reward))
         self.stats.policy.reinforce(episodes, "measured")
-        self._count_ranking(timed)
         self.measured.sort(key=lambda item: item[1])
         self.pending = []
 
@@ -228,13 +226,6 @@ class RLSearch(PySearchStrategy):
         """0 when the cost model orders measured pairs no better than chance, 1 when always."""
         accuracy = self.stats.ranking_accuracy
         return 0.0 if accuracy is None else max(0.0, 2.0 * accuracy - 1.0)
-
-    def _count_ranking(self, timed: list[tuple[float, float]]) -> None:
-        for (score_a, secs_a), (score_b, secs_b) in itertools.combinations(timed, 2):
-            if score_a == score_b or secs_a == secs_b:
-                continue
-            self.stats.ranked_pairs += 1
-            self.stats.correct_pairs += (score_a > score_b) == (secs_a < secs_b)
 
     def _resume(self, database) -> None:
         """Start from the records a database already holds for this kernel (a resumed run)."""
