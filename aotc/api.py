@@ -10,7 +10,7 @@ from typing import Callable
 def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # pylint: disable=redefined-builtin
             input_shapes: dict[str, tuple[int, ...]] | None = None, example_inputs=None,
             dump_ir: str | Path | None = None, options=None,
-            tuning_logs: list[str | Path] | None = None,
+            tuning_logs: list[str | Path] | None = None, shipped_logs: bool = True,
             progress: Callable[[str], None] | None = None) -> dict:
     """Compile an ONNX file / ModelProto, a torch.nn.Module (with ``example_inputs``) or a
     ``.pt2`` ExportedProgram for ``target`` into one shared library at ``output``.
@@ -18,7 +18,8 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     ``options``: an ``aotc.CompileOptions`` (opt level, disabled passes, explain, IR dumps);
     ``dump_ir`` is a shortcut for its dump folder. ``tuning_logs``: tuning logs (``aotc
     tune``) whose records are applied where workload and target match, on top of the logs
-    shipped in ``tuning_logs/``; the default rules schedule every other kernel.
+    shipped in ``tuning_logs/`` (unless ``shipped_logs`` is False); the default rules
+    schedule every other kernel.
     Returns the metadata embedded in the library (signature, target, versions, hash...;
     ``tuned_kernels`` names the kernels a log scheduled)."""
     import dataclasses
@@ -38,7 +39,7 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     options = options or CompileOptions()
     dump = dump_ir or options.dump_ir or settings.DUMP_IR.get() or None
     options = dataclasses.replace(options, dump_ir=Path(dump) if dump else None)
-    logs = _tuning_logs(tuning_logs)
+    logs = _tuning_logs(tuning_logs, shipped_logs)
     if logs and options.schedules is None:
         import tvm
 
@@ -48,11 +49,11 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     return build(imported, spec, output, options=options, progress=say)
 
 
-def _tuning_logs(extra) -> list[Path]:
+def _tuning_logs(extra, shipped_logs: bool = True) -> list[Path]:
     """The logs shipped in the tuning_logs package, then the user's (missing ones named)."""
     import aotc.tuning_logs as package
     from aotc.errors import CompileError
-    shipped = sorted(Path(package.__file__).parent.glob("*.jsonl"))
+    shipped = sorted(Path(package.__file__).parent.glob("*.jsonl")) if shipped_logs else []
     paths = [Path(p) for p in extra or []]
     for path in paths:
         if not path.is_file():

@@ -93,9 +93,11 @@ def main(verbose: bool) -> None:
               help="Print, pass by pass, the time and what changed (ops, kernels).")
 @click.option("--tuning-log", "tuning_logs", multiple=True, type=click.Path(dir_okay=False),
               help="Apply the records of this log (aotc tune) where they match (repeatable).")
+@click.option("--no-shipped-logs", "no_shipped", is_flag=True,
+              help="Do not apply the tuning logs shipped with aotc (tuning_logs/).")
 @_guard
 def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain,
-                tuning_logs):
+                tuning_logs, no_shipped):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import parse_input_shape
@@ -106,7 +108,8 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
                              dump_ir=dump_ir)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,
-                         tuning_logs=list(tuning_logs), progress=_progress(start))
+                         tuning_logs=list(tuning_logs), shipped_logs=not no_shipped,
+                         progress=_progress(start))
     if explain:
         click.echo(meta["explain"]["table"])
     tuned = f", {len(meta['tuned_kernels'])} from tuning logs" if meta["tuned_kernels"] else ""

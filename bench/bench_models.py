@@ -1,4 +1,5 @@
-"""aotc (untuned) vs onnxruntime vs torch, batch 1, same inputs, each engine in its own process.
+"""aotc untuned and tuned vs onnxruntime vs torch, batch 1, same inputs, each engine in its
+own process.
 
     python bench/bench_models.py [--models resnet18,vit,...] [--rounds 3] [--runs 30]
         [--out bench/results/latest.json]
@@ -7,7 +8,8 @@ Timings on these VMs swing 2-3x between runs, and two engines timed in one proce
 other (onnxruntime's threads spin after each run). So every engine runs in a fresh process, the
 engines alternate for --rounds rounds (order reversed every other round), and the reported
 ratio is the median of the per-round ratios. Every engine runs with its defaults, as users get
-them (aotc: every allowed core; no thread count is set here).
+them (aotc: every allowed core; no thread count is set here). "aotc" is compiled without
+tuning logs; "aotc_tuned" (only where a shipped log in tuning_logs/ applies) with them.
 
 Models: the examples, the architecture classes of examples/architectures.py (vit,
 efficientnet, convnext, gpt, unet) and any model of onnx's light zoo (light_resnet50, ...;
@@ -27,6 +29,12 @@ DEFAULT_MODELS = "resnet18,mobilenetv2,bert,vit,efficientnet,convnext,gpt,unet,l
 
 # One timer per engine; each prints its median latency in ms as its last line.
 TIMERS = {
+    "aotc_tuned": """
+import aotc
+from aotc.runtime.inputs import random_inputs
+model = aotc.load(TUNED); feed = random_inputs(model.signature, seed=0)
+run = lambda: model.run(feed)
+""",
     "aotc": """
 import aotc
 from aotc.runtime.inputs import random_inputs
@@ -72,7 +80,9 @@ def source_model(name: str, work: Path) -> Path:
 
 def time_engine(engine: str, name: str, onnx_path: Path, artifact: Path, runs: int) -> float:
     """Median latency (ms) of one engine, measured in a fresh process."""
-    script = (TIMERS[engine] + MEASURE).replace("ARTIFACT", repr(str(artifact))).replace(
+    tuned = artifact.with_name(artifact.stem + ".tuned.so")
+    script = (TIMERS[engine] + MEASURE).replace("TUNED", repr(str(tuned))).replace(
+        "ARTIFACT", repr(str(artifact))).replace(
         "ONNX", repr(str(onnx_path))).replace("NAME", repr(name)).replace(
         "WARMUP", "5").replace("RUNS", str(runs))
     return median_ms_in_subprocess([script], f"{engine} on {name}")
@@ -91,17 +101,23 @@ def bench_model(name: str, work: Path, rounds: int, runs: int) -> dict:
     from aotc.examples import models
     onnx_path = source_model(name, work)
     artifact = work / f"{name}.so"
-    meta = aotc.compile(onnx_path, output=artifact)
-    engines = ["aotc", "onnxruntime"] + (["torch"] if name in models.MODELS else [])
+    meta = aotc.compile(onnx_path, output=artifact, shipped_logs=False)
+    tuned = aotc.compile(onnx_path, output=artifact.with_name(f"{name}.tuned.so"))
+    engines = (["aotc"] + (["aotc_tuned"] if tuned["tuned_kernels"] else []) + ["onnxruntime"]
+               + (["torch"] if name in models.MODELS else []))
     per_round = []
     for k in range(rounds):
         order = engines if k % 2 == 0 else engines[::-1]
         per_round.append({e: time_engine(e, name, onnx_path, artifact, runs) for e in order})
-    row = {"model": name, "compile_s": meta["compile_seconds"], "rounds": per_round}
+    row = {"model": name, "compile_s": meta["compile_seconds"], "rounds": per_round,
+           "tuned_kernels": len(tuned["tuned_kernels"])}
     for engine in engines:
         row[f"{engine}_ms"] = statistics.median(r[engine] for r in per_round)
         if engine != "aotc":
             row[f"aotc_vs_{engine}"] = statistics.median(r["aotc"] / r[engine] for r in per_round)
+        if engine != "aotc_tuned" and "aotc_tuned" in engines:
+            row[f"aotc_tuned_vs_{engine}"] = statistics.median(
+                r["aotc_tuned"] / r[engine] for r in per_round)
     return row
 
 
@@ -138,15 +154,17 @@ def _plot(rows: list[dict], path: Path) -> Path | None:
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(9, 4))
-    width = 0.4
-    for i, (key, label) in enumerate([("aotc_vs_onnxruntime", "aotc / onnxruntime"),
-                                      ("aotc_vs_torch", "aotc / torch")]):
-        xs = [j + (i - 0.5) * width for j, row in enumerate(rows) if key in row]
+    series = [("aotc_vs_onnxruntime", "aotc untuned / onnxruntime"),
+              ("aotc_tuned_vs_onnxruntime", "aotc tuned / onnxruntime"),
+              ("aotc_vs_torch", "aotc untuned / torch")]
+    width = 0.8 / len(series)
+    for i, (key, label) in enumerate(series):
+        xs = [j + (i - 1) * width for j, row in enumerate(rows) if key in row]
         ax.bar(xs, [row[key] for row in rows if key in row], width, label=label)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), [row["model"] for row in rows], rotation=20)
     ax.set_ylabel("latency ratio, median of rounds (lower is better)")
-    ax.set_title("aotc untuned, batch 1, default threads, one process per engine")
+    ax.set_title("aotc, batch 1, default threads, one process per engine")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -156,9 +174,13 @@ def _plot(rows: list[dict], path: Path) -> Path | None:
 def _format(row: dict) -> str:
     torch_ms = f"{row['torch_ms']:8.2f}" if "torch_ms" in row else "       -"
     vs_torch = f"{row['aotc_vs_torch']:5.2f}x" if "aotc_vs_torch" in row else "     -"
+    tuned = (f"  tuned {row['aotc_tuned_ms']:8.2f} ms ({row['tuned_kernels']} kernels) "
+             f"tuned/ort {row['aotc_tuned_vs_onnxruntime']:5.2f}x "
+             f"tuned/untuned {row['aotc_tuned_vs_aotc']:5.2f}x"
+             if "aotc_tuned_ms" in row else "")
     return (f"{row['model']:16s} aotc {row['aotc_ms']:8.2f} ms  onnxruntime "
             f"{row['onnxruntime_ms']:8.2f} ms  torch {torch_ms} ms  aotc/ort "
-            f"{row['aotc_vs_onnxruntime']:5.2f}x  aotc/torch {vs_torch}")
+            f"{row['aotc_vs_onnxruntime']:5.2f}x  aotc/torch {vs_torch}{tuned}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A live progress line while MetaSchedule measures: trials so far, trials per second, the
-best time per task and the weighted estimate of the model's kernel time against the untuned
-one (MetaSchedule's own log goes to files only). It also keeps each task's tuning curve (best
+best time per task and the estimate of the model's kernel time (each kernel at its best so
+far, or its default time while that is better; weighted by calls) against the untuned one
+(MetaSchedule's own log goes to files only). It also keeps each task's tuning curve (best
 time after each improvement), which the log records and ``aotc tune-report`` plots."""
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from tvm.ir.utils import derived_object
 
 @derived_object
 class ProgressLine(PyMeasureCallback):
-    def __init__(self, names: list[str], weights: list[float], say: Callable[[str], None]):
+    def __init__(self, names: list[str], weights: list[float], say: Callable[[str], None],
+                 defaults: list[float]):
         super().__init__()
-        self.names, self.weights, self.say = names, weights, say
+        self.names, self.weights, self.say, self.defaults = names, weights, say, defaults
         self.best: dict[int, float] = {}
         self.task_trials: dict[int, int] = {}
         # task -> [[trials of the task, trials of the run, best seconds so far], ...]
@@ -38,9 +40,11 @@ class ProgressLine(PyMeasureCallback):
                     [self.task_trials[task_id], self.trials, seconds])
         elapsed = time.perf_counter() - self.start
         best = self.best.get(task_id)
-        estimate = sum(w * self.best[i] for i, w in enumerate(self.weights) if i in self.best)
+        untuned = sum(w * d for w, d in zip(self.weights, self.defaults))
+        estimate = sum(w * min(self.best.get(i, d), d)
+                       for i, (w, d) in enumerate(zip(self.weights, self.defaults)))
         self.say(f"trial {self.trials} ({self.trials / max(elapsed, 1e-9):.2f}/s, "
                  f"{self.failed} failed): {self.names[task_id]} best "
                  + (f"{best * 1e3:.4f} ms" if best else "-")
-                 + f"; tuned tasks' weighted sum {estimate * 1e3:.3f} ms "
-                 f"({len(self.best)}/{len(self.names)} tasks)")
+                 + f"; all kernels {estimate * 1e3:.3f} ms vs untuned {untuned * 1e3:.3f} ms "
+                 f"({len(self.best)}/{len(self.names)} tasks measured)")

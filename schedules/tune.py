@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -110,19 +111,10 @@ def tune(tasks: list[Task], target: tvm.target.Target, budget: Budget, log_path,
     if not tasks:
         return report
     run = _Run.start(tasks, target, log_path, default_schedule, search, checkpoints, say)
-    try:
-        while True:
-            trials = _round_trials(budget, run.progress.trials, len(tasks),
-                                   time.perf_counter() - start)
-            if trials <= 0:
-                break
-            before = run.progress.trials
-            run.search_round(trials, search_strategy.create(search, run.stats),
-                             seed + before)
-            if budget.seconds is None or run.progress.trials == before:
-                break  # a trial budget takes one round; a round that measured nothing ends
-    finally:
-        run.builder.shutdown()
+    with warnings.catch_warnings():
+        # XGBModel saves its booster on every retrain; xgboost warns about the format each time
+        warnings.filterwarnings("ignore", message=".*UBJSON format.*")
+        _spend(budget, run, search, seed, start)
     warm_state.save(run.cost_model, run.stats.policy, log_path)
     report.trials = run.progress.trials
     report.ranking_accuracy = run.stats.ranking_accuracy
@@ -171,7 +163,8 @@ class _Run:
         if resumed:
             say(f"resuming {resumed} tasks from checkpoints in {log_path}")
         defaults = [kernel_seconds(default_schedule(t.func), target) for t in tasks]
-        progress = ProgressLine([t.name for t in tasks], [t.weight for t in tasks], say)
+        progress = ProgressLine([t.name for t in tasks], [t.weight for t in tasks], say,
+                                defaults)
         callbacks = [RankingProbe(cost_model, stats),
                      *ms.measure_callback.MeasureCallback.create("default"), progress,
                      CheckpointWriter(tasks, target, log_path, defaults, search)]
@@ -193,6 +186,22 @@ class _Run:
                           database=self.database, cost_model=self.cost_model,
                           measure_callbacks=self.callbacks, builder=self.builder,
                           runner=self.runner)
+
+
+def _spend(budget: Budget, run: "_Run", search: str, seed: int, start: float) -> None:
+    """Search in rounds until the budget is spent (one round for a trial budget)."""
+    try:
+        while True:
+            trials = _round_trials(budget, run.progress.trials, len(run.tasks),
+                                   time.perf_counter() - start)
+            if trials <= 0:
+                break
+            before = run.progress.trials
+            run.search_round(trials, search_strategy.create(search, run.stats), seed + before)
+            if budget.seconds is None or run.progress.trials == before:
+                break  # a round that measured nothing: the space is exhausted
+    finally:
+        run.builder.shutdown()
 
 
 def _round_trials(budget: Budget, done: int, tasks: int, elapsed: float) -> int:

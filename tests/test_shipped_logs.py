@@ -1,0 +1,33 @@
+"""Shipped tuning logs (tuning_logs/<example>.jsonl) must match the kernels compile produces
+today: a pass change that renames nothing but changes a kernel changes its workload key, and
+the log would then silently stop applying. Each record of a shipped log must name a kernel of
+its example model, and at least one must still be applied (beat the default rules)."""
+
+from pathlib import Path
+
+import pytest
+
+import aotc.tuning_logs
+from aotc.api import tuning_tasks
+from aotc.examples import models
+from aotc.schedules import log as tuning_log
+
+SHIPPED = sorted(Path(aotc.tuning_logs.__file__).parent.glob("*.jsonl"))
+
+
+def test_logs_are_shipped_for_the_examples():
+    assert {p.stem for p in SHIPPED} == set(models.EXAMPLES)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_log_matches_the_kernels_compile_produces(path):
+    records, warnings = tuning_log.read(path)
+    assert warnings == [], warnings
+    module, example = models.build(path.stem)
+    tasks, _target, _ = tuning_tasks(module, example_inputs=example)
+    keys = {t.key for t in tasks}
+    finals = [r for r in records if r.final]
+    stale = sorted(r.task for r in finals if r.workload not in keys)
+    assert not stale, (f"{path.name}: records for kernels compile no longer produces: {stale}; "
+                       "re-tune it (README, 'Shipped logs')")
+    assert any(r.seconds < r.default_seconds for r in finals)
