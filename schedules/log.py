@@ -106,3 +106,20 @@ def best_records(paths, target: str, beating_default: bool = True,
             if record.workload not in best or record.seconds < best[record.workload].seconds:
                 best[record.workload] = record
     return best
+
+
+def compact(paths, dest: str | Path) -> int:
+    """Write to ``dest`` the best final record per workload and target found in ``paths``
+    (checkpoints and slower records dropped: what compile would use), atomically; returns
+    how many. For logs that ship, and for merging logs from several runs."""
+    best: dict[tuple[str, str], Record] = {}
+    for path in paths:
+        for record in read(path)[0]:
+            key = (record.workload, record.target)
+            if record.final and (key not in best or record.seconds < best[key].seconds):
+                best[key] = record
+    dest = Path(dest)
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    tmp.write_text("".join(r.to_line() for r in best.values()))
+    os.replace(tmp, dest)
+    return len(best)

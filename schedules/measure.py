@@ -1,6 +1,11 @@
-"""Time one kernel as it would run in a model: built alone for the target, random float inputs
-(zeros for integer ones, so that gathers stay in range), median of repeats. Used to compare a
-tuned schedule with the default rules' one, both timed here in the same way."""
+"""Time one kernel as it would run in a model, and check that a tuned kernel computes what the
+default one does.
+
+Built alone for the target, random float inputs (zeros for integer ones, so that gathers stay
+in range), median of repeats. Used to compare a tuned schedule with the default rules' one,
+both timed here in the same way. MetaSchedule's runner times candidates but never looks at
+their results: ``same_results`` runs both schedules on the same arguments before a tuned one
+is logged, so a schedule that computes something else is never kept."""
 
 from __future__ import annotations
 
@@ -10,17 +15,41 @@ import tvm
 
 def kernel_seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target, repeat: int = 5,
                    min_repeat_ms: int = 20) -> float:
+    lib = _build(func, target)
+    timer = lib.time_evaluator("main", tvm.cpu(), repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return float(np.median(timer(*_arguments(func)).results))
+
+
+def same_results(tuned: tvm.tirx.PrimFunc, default: tvm.tirx.PrimFunc,
+                 target: tvm.target.Target, rtol: float = 1e-3) -> bool:
+    """Whether both kernels leave the same values in every argument (outputs included),
+    within ``rtol`` of the largest magnitude (a schedule may reorder float sums)."""
+    results = []
+    for func in (tuned, default):
+        args = _arguments(func)
+        _build(func, target)["main"](*args)
+        results.append([a.numpy() for a in args])
+    for got, want in zip(*results):
+        scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
+        if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=rtol * scale,
+                                                      equal_nan=True):
+            return False
+    return True
+
+
+def _build(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     lib = tvm.compile(mod, target=target)
-    lib = lib.jit() if hasattr(lib, "jit") else lib  # an Executable wraps the runtime module
-    device = tvm.cpu()
-    rng = np.random.default_rng(0)
+    return lib.jit() if hasattr(lib, "jit") else lib  # an Executable wraps the runtime module
+
+
+def _arguments(func: tvm.tirx.PrimFunc, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
     args = []
     for param in func.params:
         shape = [int(d) for d in param.ty.shape]
         dtype = str(param.ty.dtype)
         data = (rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
                 else np.zeros(shape, dtype))
-        args.append(tvm.runtime.tensor(data, device))
-    timer = lib.time_evaluator("main", device, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return float(np.median(timer(*args).results))
+        args.append(tvm.runtime.tensor(data, tvm.cpu()))
+    return args

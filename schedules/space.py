@@ -20,6 +20,7 @@ from .intrinsics import register_cpu_intrinsics
 
 
 def default_rules_space(target: tvm.target.Target) -> ms.space_generator.ScheduleFn:
+    register_cpu_intrinsics()  # before any TuneContext sees it (intrinsics.py)
     def schedule(sch):
         if Contraction().schedule(sch, target, tunable=True) is None:
             return []  # not a contraction: no design space from the default rules

@@ -26,10 +26,11 @@ from typing import Callable
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule import ScheduleError
 
 from . import log as tuning_log
 from .keys import target_key
-from .measure import kernel_seconds
+from .measure import kernel_seconds, same_results
 from . import search as search_strategy
 from . import warm_state
 from .builder import PersistentBuilder
@@ -51,6 +52,8 @@ RUN_TIMEOUT_S = 60.0
 # XGBModel trains after this many measurements (MetaSchedule's default, 100, left budgets of
 # 32-64 trials a task ranked at random throughout).
 COST_MODEL_WARMUP = 24
+# Best candidates checked against the default schedule's results before one is logged.
+TOP_K = 4
 # A time budget runs the search in rounds of this many trials per task.
 ROUND_TRIALS_PER_TASK = 32
 
@@ -73,6 +76,7 @@ class TaskResult:
     tuned_seconds: float | None  # None: no valid candidate
     kept: bool
     curve: list = field(default_factory=list)
+    wrong: int = 0  # best candidates rejected: their results differed from the default's
 
 
 @dataclass
@@ -89,6 +93,10 @@ class TuneReport:
             tuned = f"{r.tuned_seconds * 1e3:9.4f}" if r.tuned_seconds else f"{'-':>9s}"
             out.append(f"{r.task[:44]:44s} {r.weight:5d} {r.default_seconds * 1e3:10.4f} "
                        f"{tuned}  {'yes' if r.kept else 'no'}")
+        wrong = sum(r.wrong for r in self.results)
+        if wrong:
+            out.append(f"{wrong} best candidates rejected: results differed from the default "
+                       "schedule's")
         out.append(f"{self.trials} trials ({self.search} search) in {self.seconds:.0f} s "
                    f"({self.trials / max(self.seconds, 1e-9):.2f} trials/s)")
         if self.ranking_accuracy is not None:
@@ -226,17 +234,27 @@ def task_module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
 
 def _best_against_default(task, target, database, default_schedule, progress, task_id,
                           search):
+    """The task's fastest candidate that computes what the default schedule computes (up to
+    TOP_K tried), timed against the default the same way; and its record."""
+    default_func = default_schedule(task.func)
+    default_seconds = kernel_seconds(default_func, target)
     mod = task_module(task.func)
-    default_seconds = kernel_seconds(default_schedule(task.func), target)
     workload = database.commit_workload(mod)
-    best = database.get_top_k(workload, 1)
-    if not best:
-        return TaskResult(task.name, task.weight, default_seconds, None, False), None
+    best, wrong = None, 0
+    for record in database.get_top_k(workload, TOP_K):
+        scheduled = _replay(mod, record)
+        if scheduled is not None and same_results(scheduled, default_func, target):
+            best = (record, scheduled)
+            break
+        wrong += 1
+    if best is None:
+        return TaskResult(task.name, task.weight, default_seconds, None, False,
+                          wrong=wrong), None
     curve = progress.curves.get(task_id, [])
-    schedule = database.query_schedule(mod, target, workload_name="main")
-    tuned_seconds = kernel_seconds(schedule.mod["main"], target)
+    tuned_seconds = kernel_seconds(best[1], target)
     kept = tuned_seconds < default_seconds
-    result = TaskResult(task.name, task.weight, default_seconds, tuned_seconds, kept, curve)
+    result = TaskResult(task.name, task.weight, default_seconds, tuned_seconds, kept, curve,
+                        wrong)
     # logged either way (a resumed run skips the task); compile applies it only when faster
     record = tuning_log.Record(
         workload=task.key, target=target_key(target), task=task.name, seconds=tuned_seconds,
@@ -244,3 +262,12 @@ def _best_against_default(task, target, database, default_schedule, progress, ta
         trace=best[0].as_json(), tvm=tvm.__version__, search=search, curve=curve,
         calls=task.weight)
     return result, record
+
+
+def _replay(mod: tvm.IRModule, record) -> tvm.tirx.PrimFunc | None:
+    sch = tvm.s_tir.Schedule(mod)
+    try:
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+    except ScheduleError:
+        return None
+    return sch.mod["main"]

@@ -69,3 +69,16 @@ def test_keys_ignore_names_and_core_counts():
     two = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     many = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 64})
     assert target_key(two) == target_key(many) == "llvm:skylake-avx512"
+
+
+def test_compact_keeps_the_best_final_record_per_workload(tmp_path):
+    import dataclasses
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    tuning_log.append(one, [_record("a", 3e-4), _record("b", 2e-4),
+                            dataclasses.replace(_record("a", 1e-5), final=False)])
+    tuning_log.append(two, [_record("a", 1e-4)])
+    out = tmp_path / "merged.jsonl"
+    assert tuning_log.compact([one, two], out) == 2
+    records, warnings = tuning_log.read(out)
+    assert warnings == [] and {(r.workload, r.seconds) for r in records} == {("a", 1e-4),
+                                                                               ("b", 2e-4)}

@@ -1,6 +1,7 @@
 """Measurement parts of the tuner: the persistent builder turns a candidate that cannot build
 into a failed result and goes on building the next; the time budget's rounds fit the
-measured rate; durations parse as the CLI documents."""
+measured rate; durations parse as the CLI documents; a schedule whose results differ from the
+default one's is caught before it could be logged."""
 
 import click
 import pytest
@@ -47,3 +48,19 @@ def test_durations():
     for bad in ("soon", "-5m", "0"):
         with pytest.raises(click.exceptions.BadParameter):
             DURATION.convert(bad, None, None)
+
+
+def test_same_results_catches_a_kernel_that_computes_something_else():
+    from tvm import te
+    from aotc.schedules.measure import same_results
+    from aotc.schedules.space import default_rules_space
+    from test_tuning_space import _spaces
+
+    matmul = _matmul()
+    scheduled = _spaces(matmul, default_rules_space(TARGET))[0].mod["main"]
+    assert same_results(scheduled, matmul, TARGET)
+    a, b = te.placeholder((64, 128), name="a"), te.placeholder((128, 96), name="b")
+    k = te.reduce_axis((0, 127), "k")  # one term short
+    short = te.create_prim_func([a, b, te.compute(
+        (64, 96), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k))])
+    assert not same_results(short, matmul, TARGET)
