@@ -136,7 +136,8 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
 @click.option("--seed", default=0, show_default=True, type=int)
 @_guard
 def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed):
-    """Tune MODEL's kernels (MetaSchedule search) and log those that beat the default rules."""
+    """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
+    those that beat the default rules). Resumes: finished kernels in the log are skipped."""
     from aotc.api import tune
     from aotc.compiler.frontends.shapes import parse_input_shape
 

@@ -97,7 +97,11 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--searches", default="rl,evolutionary")
     parser.add_argument("--out", default="bench/results/tuning.json")
+    parser.add_argument("--replot", metavar="JSON", help="Only redraw the plot of a result file.")
     args = parser.parse_args()
+    if args.replot:
+        print(f"wrote {_plot(json.loads(Path(args.replot).read_text())['runs'], Path(args.replot).with_suffix('.png'))}")
+        return
     budgets = [int(b) for b in args.budgets.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.tasks.split(",")
@@ -143,13 +147,13 @@ def _plot(runs: list[dict], path: Path):
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    from aotc.schedules.report import draw_curve
+    from aotc.schedules.report import draw_curve, extended
     kernels = sorted({r["kernel"] for r in runs})
     fig, axes = plt.subplots(1, len(kernels), figsize=(5 * len(kernels), 3.5), squeeze=False)
     for ax, kernel in zip(axes.flat, kernels):
         mine = [r for r in runs if r["kernel"] == kernel]
-        series = {f"{r['search']} seed {r['seed']}": [(p[0], p[2]) for p in r["curve"]]
-                  for r in mine}
+        series = {f"{r['search']} seed {r['seed']}":
+                  extended([(p[0], p[2]) for p in r["curve"]], r["trials"]) for r in mine}
         draw_curve(ax, series, mine[0]["default_s"], f"{kernel}: {mine[0]['task']}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

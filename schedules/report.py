@@ -64,7 +64,8 @@ def plot(records: list[Record], out_dir: str | Path) -> list[Path]:
     rows = (len(records) + columns - 1) // columns
     fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
     for ax, record in zip(axes.flat, records):
-        draw_curve(ax, {record.search: [(p[0], p[2]) for p in record.curve]},
+        draw_curve(ax, {record.search: extended([(p[0], p[2]) for p in record.curve],
+                                                record.trials)},
                    record.default_seconds, record.task[:32])
     for ax in list(axes.flat)[len(records):]:
         ax.axis("off")
@@ -81,14 +82,21 @@ def plot(records: list[Record], out_dir: str | Path) -> list[Path]:
     return paths
 
 
+def extended(points: list[tuple[int, float]], trials: int) -> list[tuple[int, float]]:
+    """A curve of improvements carried on flat to the last trial."""
+    return points + [(trials, points[-1][1])] if points and trials > points[-1][0] else points
+
+
 def draw_curve(ax, series: dict[str, list[tuple[int, float]]], default_seconds, title) -> None:
-    """Step curves of best ms against trials, and the default rules' time dashed."""
+    """Step curves of best ms against trials (log scale: the first candidates are often 10x
+    off), and the default rules' time dashed."""
     for label, points in series.items():
         if points:
             xs, ys = zip(*points)
             ax.step(xs, [y * 1e3 for y in ys], where="post", label=label)
     if default_seconds:
         ax.axhline(default_seconds * 1e3, linestyle="--", color="grey", label="default rules")
+    ax.set_yscale("log")
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("trials")
     ax.set_ylabel("best ms")

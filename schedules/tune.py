@@ -252,7 +252,7 @@ def _best_against_default(task, target, database, default_schedule, progress, ta
                           wrong=wrong), None
     curve = progress.curves.get(task_id, [])
     tuned_seconds = kernel_seconds(best[1], target)
-    kept = tuned_seconds < default_seconds
+    kept = tuned_seconds < tuning_log.APPLY_MARGIN * default_seconds
     result = TaskResult(task.name, task.weight, default_seconds, tuned_seconds, kept, curve,
                         wrong)
     # logged either way (a resumed run skips the task); compile applies it only when faster
