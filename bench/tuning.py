@@ -2,6 +2,7 @@
 
     python bench/tuning.py [--budgets 32,64,128,256] [--seeds 0,1,2] [--tasks conv,dense,dw]
         [--searches rl,evolutionary] [--out bench/results/tuning.json]
+    python bench/tuning.py --warm [--budgets 32,64] [--seeds 0,1]   # cost model warm vs cold
 
 Kernels, as compile produces them (same passes): a 3x3 conv2d of ResNet-18 (28x28x128), a
 dense of the BERT encoder's FFN (128x768x3072) and a 3x3 depthwise conv of MobileNetV2
@@ -17,6 +18,7 @@ import argparse
 import json
 import statistics
 import sys
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -44,12 +46,21 @@ def find_tasks(names: list[str]):
     return found
 
 
-def tune_once(task, target, default_schedule, search: str, seed: int, trials: int) -> dict:
+def tune_once(task, target, default_schedule, search: str, seed: int, trials: int,
+              warm_from: Path | None = None, keep_state: Path | None = None) -> dict:
+    """One tuning run in a fresh log. ``warm_from``: a cost-model state (``<log>.xgb``) to
+    start from; ``keep_state``: where to copy this run's cost-model state afterwards."""
+    from aotc.schedules import warm_state
     from aotc.schedules.tune import Budget, tune
     with tempfile.TemporaryDirectory() as work:
+        log = Path(work) / "log.jsonl"
+        if warm_from is not None:
+            shutil.copy(warm_from, warm_state.paths(log)[0])
         start = time.perf_counter()
-        report = tune([task], target, Budget(trials), Path(work) / "log.jsonl",
-                      default_schedule, search=search, seed=seed)
+        report = tune([task], target, Budget(trials), log, default_schedule, search=search,
+                      seed=seed)
+        if keep_state is not None:
+            shutil.copy(warm_state.paths(log)[0], keep_state)
     result = report.results[0]
     return {"search": search, "seed": seed, "trials": report.trials,
             "seconds": time.perf_counter() - start, "default_s": result.default_seconds,
@@ -98,6 +109,9 @@ def main() -> None:
     parser.add_argument("--searches", default="rl,evolutionary")
     parser.add_argument("--out", default="bench/results/tuning.json")
     parser.add_argument("--replot", metavar="JSON", help="Only redraw the plot of a result file.")
+    parser.add_argument("--warm", action="store_true",
+                        help="Instead: RL cold vs. RL with the cost model warm from another "
+                             "kernel's run (the next kernel in --tasks, same seed).")
     args = parser.parse_args()
     if args.replot:
         print(f"wrote {_plot(json.loads(Path(args.replot).read_text())['runs'], Path(args.replot).with_suffix('.png'))}")
@@ -105,6 +119,8 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.tasks.split(",")
+    if args.warm:
+        return warm_start_main(names, seeds, budgets, Path(args.out))
     runs = []
     for name, (task, target, default_schedule) in find_tasks(names).items():
         for seed in seeds:
@@ -126,6 +142,42 @@ def main() -> None:
     plot = _plot(runs, out.with_suffix(".png"))
     if plot:
         print(f"wrote {plot}")
+
+
+def warm_start_main(names: list[str], seeds: list[int], budgets: list[int], out: Path) -> None:
+    """Does a cost model trained on other kernels (what ``<log>.xgb`` carries to the next run)
+    help? RL cold on every kernel, keeping each run's model; then RL on each kernel again,
+    starting from the model of the next kernel's cold run."""
+    from aotc.schedules.report import best_at
+    found = find_tasks(names)
+    state_dir = Path(tempfile.mkdtemp(prefix="aotc-warm-"))
+    runs = []
+    for seed in seeds:
+        for name in names:
+            task, target, default_schedule = found[name]
+            runs.append({"kernel": name, "mode": "cold", **tune_once(
+                task, target, default_schedule, "rl", seed, max(budgets),
+                keep_state=state_dir / f"{name}-{seed}.xgb")})
+        for i, name in enumerate(names):
+            donor = names[(i + 1) % len(names)]
+            task, target, default_schedule = found[name]
+            runs.append({"kernel": name, "mode": f"warm from {donor}", **tune_once(
+                task, target, default_schedule, "rl", seed, max(budgets),
+                warm_from=state_dir / f"{donor}-{seed}.xgb")})
+    lines = [f"{'kernel':6s} {'mode':16s} " + " ".join(f"{'best@' + str(n):>10s}" for n in budgets)
+             + "  ranking"]
+    for name in names:
+        for mode in sorted({r["mode"] for r in runs if r["kernel"] == name}):
+            mine = [r for r in runs if r["kernel"] == name and r["mode"] == mode]
+            bests = [statistics.median(best_at(r["curve"], n) or float("nan") for r in mine)
+                     for n in budgets]
+            ranks = [r["ranking_accuracy"] for r in mine if r["ranking_accuracy"] is not None]
+            lines.append(f"{name:6s} {mode[:16]:16s} " + " ".join(f"{b * 1e3:10.4f}" for b in bests)
+                         + (f"  {statistics.median(ranks):.2f}" if ranks else "  -"))
+    print("\n".join(lines))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "runs": runs}, indent=1))
+    print(f"wrote {out}")
 
 
 def _format(rows: list[dict]) -> list[str]:

@@ -123,7 +123,7 @@ def tune(tasks: list[Task], target: tvm.target.Target, budget: Budget, log_path,
         # XGBModel saves its booster on every retrain; xgboost warns about the format each time
         warnings.filterwarnings("ignore", message=".*UBJSON format.*")
         _spend(budget, run, search, seed, start)
-    warm_state.save(run.cost_model, run.stats.policy, log_path)
+        warm_state.save(run.cost_model, run.stats.policy, log_path)
     report.trials = run.progress.trials
     report.ranking_accuracy = run.stats.ranking_accuracy
     records = []
