@@ -11,18 +11,36 @@ MetaSchedule's space (the other default rules have no decisions yet)."""
 
 from __future__ import annotations
 
+import logging
+
 import tvm
+from tvm.error import InternalError
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule import ScheduleError
 
 from aotc.compiler.lower.cpu_contraction import Contraction
 
+from aotc.errors import meaningful_line
+
 from .intrinsics import register_cpu_intrinsics
+
+LOG = logging.getLogger("aotc.tuning")
 
 
 def default_rules_space(target: tvm.target.Target) -> ms.space_generator.ScheduleFn:
     register_cpu_intrinsics()  # before any TuneContext sees it (intrinsics.py)
     def schedule(sch):
-        if Contraction().schedule(sch, target, tunable=True) is None:
+        try:
+            scheduled = Contraction().schedule(sch, target, tunable=True)
+        except (ScheduleError, InternalError) as err:
+            # On MetaSchedule's traced schedule, TVM 0.27's reverse_compute_inline can fail
+            # with an InternalError ("Cannot dispatch a null expression": EfficientNet-style
+            # conv epilogues) where the untraced default schedule succeeds. Such a kernel
+            # gets MetaSchedule's space only, instead of ending the whole tuning run.
+            LOG.info("default-rules space skipped for %s: %s", sch.mod.get_global_vars()[0],
+                     meaningful_line(err))
+            return []
+        if scheduled is None:
             return []  # not a contraction: no design space from the default rules
         return [sch]
     return ms.space_generator.ScheduleFn(schedule)
