@@ -29,9 +29,11 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     from aotc.options import CompileOptions
     from aotc.targets import resolve
 
+    from aotc.compiler.build import check_toolchain
     from aotc.compiler.pipeline import check_options
 
-    spec = resolve(target)  # fail on a bad target or pass name before the (slow) import
+    spec = resolve(target)  # fail on a bad target, toolchain or pass name before the import
+    check_toolchain(spec)
     check_options(spec, options or CompileOptions())
     say = progress or (lambda _msg: None)
     say("importing model")

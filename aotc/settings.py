@@ -22,7 +22,11 @@ NUM_THREADS = EnvVar("AOTC_NUM_THREADS", "",
 VERBOSE = EnvVar("AOTC_VERBOSE", "", "Set to 1 to get full tracebacks from the CLI.")
 DUMP_IR = EnvVar("AOTC_DUMP_IR", "", "Folder to write the IR after every compiler phase.")
 
-ALL = (NUM_THREADS, VERBOSE, DUMP_IR)
+CACHE_DIR = EnvVar("AOTC_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "aotc"),
+                   "Where aotc keeps what it builds or downloads once: the C++ runner per "
+                   "architecture, other architectures' TVM runtime libraries.")
+
+ALL = (NUM_THREADS, VERBOSE, DUMP_IR, CACHE_DIR)
 
 
 def default_threads() -> int:

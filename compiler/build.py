@@ -11,9 +11,11 @@ from typing import Callable
 
 import tvm
 from tvm import relax
+from tvm.support import cc
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
 from aotc.runtime import artifact
+from aotc.errors import TargetError
 from aotc.targets import TargetSpec
 
 from aotc.options import CompileOptions
@@ -33,11 +35,32 @@ def versions() -> dict:
             for pkg in ("aotc", "apache-tvm", "apache-tvm-ffi")}
 
 
-def _finalize_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
-    """Only TVM's post-scheduling Relax passes: its default pipeline would legalize and fuse
-    again, which we have already done (and scheduled)."""
-    return tvm.transform.Sequential(cpu_pipeline.dataflow_lower_passes(target)
-                                    + cpu_pipeline.finalize_passes(target))
+def _cpu_finalize(target: tvm.target.Target) -> list:
+    return cpu_pipeline.dataflow_lower_passes(target) + cpu_pipeline.finalize_passes(target)
+
+
+# TargetSpec.backend -> TVM's post-scheduling Relax passes for it. Only those: TVM's default
+# pipelines would legalize and fuse again, which we have already done (and scheduled).
+FINALIZE = {"cpu": _cpu_finalize}
+
+
+def _finalize_pipeline(spec: TargetSpec, target: tvm.target.Target) -> tvm.transform.Pass:
+    return tvm.transform.Sequential(FINALIZE[spec.backend](target))
+
+
+def check_toolchain(spec: TargetSpec) -> None:
+    """Fail before the slow phases when the target's linker is not installed."""
+    missing = spec.toolchain.missing()
+    if missing:
+        raise TargetError(f"target {spec.name}: cannot link the .so: {missing}")
+
+
+def _fcompile(spec: TargetSpec):
+    """The linker of the target's toolchain (TVM's default, the host cc, when it has none)."""
+    if spec.toolchain.compiler is None:
+        return None
+    check_toolchain(spec)
+    return cc.cross_compiler(spec.toolchain.compiler, options=list(spec.toolchain.link_flags))
 
 
 def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
@@ -54,12 +77,13 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     say("phase codegen (LLVM)")
     codegen_start = time.perf_counter()
     executable = in_phase("codegen", lambda: relax.build(
-        mod, target, relax_pipeline=_finalize_pipeline(target)))
+        mod, target, relax_pipeline=_finalize_pipeline(spec, target)))
     if explanation is not None:
         explanation.later_phases["codegen"] = time.perf_counter() - codegen_start
     metadata = {
         "signature": model.signature.to_json(),
-        "target": {"name": spec.name, "tvm": spec.tvm_target},
+        "target": {"name": spec.name, "family": spec.family, "tvm": spec.tvm_target,
+                   "arch": spec.arch, "device": spec.runtime_device},
         "versions": versions(),
         "source": Path(model.source).name,
         "opt_level": options.opt_level,
@@ -72,7 +96,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     }
     say("phase export")
     export_start = time.perf_counter()
-    in_phase("export", lambda: _export(executable, Path(output), metadata))
+    in_phase("export", lambda: _export(executable, Path(output), metadata, _fcompile(spec)))
     if explanation is not None:
         explanation.later_phases["export"] = time.perf_counter() - export_start
     metadata["compile_seconds"] = round(time.perf_counter() - start, 2)
@@ -82,12 +106,13 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     return metadata
 
 
-def _export(executable, output: Path, metadata: dict) -> None:
+def _export(executable, output: Path, metadata: dict, fcompile=None) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="aotc-") as tmp:
         c_file = Path(tmp) / "aotc_metadata.c"
         c_file.write_text(artifact.c_source(artifact.metadata_blob(metadata)))
         staging = Path(tmp) / output.name
-        executable.export_library(str(staging), addons=[str(c_file)])
+        extra = {"fcompile": fcompile} if fcompile is not None else {}
+        executable.export_library(str(staging), addons=[str(c_file)], **extra)
         artifact.seal(staging)
         shutil.move(str(staging), str(output))

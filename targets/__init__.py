@@ -1,21 +1,18 @@
-"""Target registry: a dict of families, each giving TargetSpecs by name. ``arm`` and ``cuda``
-families plug in here (a later issue); nothing else in aotc names a target."""
+"""Target registry: a dict of families, each a module with ``presets()``, ``simd(attrs)``
+and ``runs_here(spec)``. Nothing else in aotc names a target family."""
 
 from __future__ import annotations
 
 from aotc.errors import TargetError
 
-from . import x86
-from .spec import TargetSpec
+from . import arm, x86
+from .spec import TargetSpec, Toolchain
 
-# family -> function returning the family's targets (host-dependent ones computed lazily)
-FAMILIES = {
-    "x86": lambda: [x86.host(), *x86.fixed()],
-}
+FAMILIES = {x86.FAMILY: x86, arm.FAMILY: arm}
 
 
 def all_targets() -> list[TargetSpec]:
-    return [spec for family in FAMILIES.values() for spec in family()]
+    return [spec for family in FAMILIES.values() for spec in family.presets()]
 
 
 def resolve(name: str) -> TargetSpec:
@@ -26,4 +23,20 @@ def resolve(name: str) -> TargetSpec:
     raise TargetError(f"unknown target {name!r}; known targets: {known}")
 
 
-__all__ = ["TargetSpec", "all_targets", "resolve"]
+def simd(tvm_target) -> tuple[int, int]:
+    """(vector bits, vector registers) of a TVM llvm target, from the family that claims it.
+    The schedule rules see only the TVM target (under ``with target:``), so they ask here."""
+    attrs = tvm_target.attrs if hasattr(tvm_target, "attrs") else tvm_target
+    for family in FAMILIES.values():
+        found = family.simd(attrs)
+        if found:
+            return found
+    raise TargetError(f"no target family knows the SIMD registers of {dict(attrs)}")
+
+
+def runs_here(spec: TargetSpec) -> str | None:
+    """Why a .so for ``spec`` cannot run on this machine (natively or emulated), or None."""
+    return FAMILIES[spec.family].runs_here(spec)
+
+
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "resolve", "runs_here", "simd"]

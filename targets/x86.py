@@ -4,9 +4,11 @@ ISA level so that a build machine can produce a .so for a different deployment C
 from __future__ import annotations
 
 import os
+import platform
 
 from .spec import TargetSpec
 
+FAMILY = "x86"
 # Checked from the newest down; the first ISA whose flags the host has picks the mcpu.
 _ISA_LEVELS = (
     ("amx", {"amx_tile", "amx_bf16", "avx512f"}, "sapphirerapids"),
@@ -14,6 +16,12 @@ _ISA_LEVELS = (
     ("avx512", {"avx512f", "avx512bw", "avx512vl"}, "skylake-avx512"),
     ("avx2", {"avx2", "fma"}, "haswell"),
 )
+_AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "icelake-client",
+                "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4",
+                "znver5"}
+# Fixed presets describe a deployment machine, not the build host (whose core count would
+# otherwise leak into schedules and workload keys); 4 is a small server slice.
+_FIXED_CORES = 4
 
 
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
@@ -35,19 +43,49 @@ def detect_isa(flags: set[str]) -> tuple[str, str]:
     return "sse", "x86-64"
 
 
-def _target(mcpu: str) -> dict:
-    return {"kind": "llvm", "mcpu": mcpu, "num-cores": os.cpu_count() or 1}
+def simd(attrs) -> tuple[int, int] | None:
+    """(vector bits, vector registers) of a TVM llvm target of this family (None: not an x86
+    target). Not LLVM's own answer: tvm's llvm_get_vector_width says 512 for haswell."""
+    triple = str(attrs.get("mtriple", "") or "")
+    if triple and not triple.startswith(("x86_64", "i386", "i686")):
+        return None
+    mattr = {str(a) for a in attrs.get("mattr", []) or []}
+    wide = "+avx512f" in mattr or str(attrs.get("mcpu", "")) in _AVX512_CPUS
+    return (512, 32) if wide else (256, 16)
+
+
+def _spec(name: str, description: str, mcpu: str, cores: int, isa: str) -> TargetSpec:
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
+    bits, registers = simd(target)
+    return TargetSpec(name, FAMILY, description, target, arch="x86_64", vector_bits=bits,
+                      vector_registers=registers, features=(isa,))
 
 
 def host() -> TargetSpec:
     isa, mcpu = detect_isa(cpu_flags())
-    return TargetSpec("x86", f"this host ({isa}, mcpu={mcpu})", _target(mcpu), features=(isa,))
+    return _spec("x86", f"this host ({isa}, mcpu={mcpu})", mcpu, os.cpu_count() or 1, isa)
 
 
 def fixed() -> list[TargetSpec]:
     return [
-        TargetSpec("x86-avx2", "any x86-64 with AVX2+FMA (Haswell and later)",
-                   _target("haswell"), features=("avx2",)),
-        TargetSpec("x86-avx512", "x86-64 with AVX-512 (Skylake-SP and later)",
-                   _target("skylake-avx512"), features=("avx512",)),
+        _spec("x86-avx2", "any x86-64 with AVX2+FMA (Haswell and later)", "haswell",
+              _FIXED_CORES, "avx2"),
+        _spec("x86-avx512", "x86-64 with AVX-512 (Skylake-SP and later)", "skylake-avx512",
+              _FIXED_CORES, "avx512"),
+        _spec("x86-vnni", "x86-64 with AVX-512 VNNI (Cascade Lake, Ice Lake and later)",
+              "icelake-server", _FIXED_CORES, "avx512-vnni"),
     ]
+
+
+def presets() -> list[TargetSpec]:
+    return [host(), *fixed()]
+
+
+def runs_here(spec: TargetSpec) -> str | None:
+    """Why a .so for ``spec`` cannot run on this machine, or None."""
+    if platform.machine() != "x86_64":
+        return f"this machine is {platform.machine()}"
+    needed = {"avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl"},
+              "avx512-vnni": {"avx512f", "avx512_vnni"}, "amx": {"amx_tile"}}
+    lacking = needed.get(spec.features[0], set()) - cpu_flags() if spec.features else set()
+    return f"this CPU lacks {', '.join(sorted(lacking))}" if lacking else None

@@ -7,24 +7,23 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-# 32 zmm/ymm registers; keep a few free for the broadcast input and the weight vectors.
-_MAX_ACCUMULATOR_VECTORS = 24
+from aotc.targets import simd
+
 _MAX_ROW_BLOCK = 8
 # Parallel loops shorter than this are not worth a thread-pool launch.
 _MIN_PARALLEL_EXTENT = 2
 
 
 def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
-    """Lanes of one SIMD register for the target (16 fp32 on AVX-512, 8 on AVX2)."""
-    features = set(str(a) for a in target.attrs.get("mattr", []))
-    mcpu = str(target.attrs.get("mcpu", ""))
-    wide = "+avx512f" in features or mcpu in _AVX512_CPUS
-    return (512 if wide else 256) // dtype_bits
+    """Lanes of one SIMD register for the target (16 fp32 on AVX-512, 8 on AVX2, 4 on NEON)."""
+    return max(1, simd(target)[0] // dtype_bits)
 
 
-_AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "icelake-client",
-                "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4",
-                "znver5"}
+def accumulator_vectors(target: Target) -> int:
+    """SIMD registers a register tile may hold as accumulators: three quarters of them (24 of
+    AVX-512's and NEON's 32, 12 of AVX2's 16), the rest free for the broadcast input and the
+    weight vectors."""
+    return simd(target)[1] * 3 // 4
 
 
 def _largest_divisor(extent: int, limit: int, multiple_of: int = 1) -> int:

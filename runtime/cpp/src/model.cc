@@ -1,0 +1,136 @@
+// aotc::Model: the Relax VM of an aotc .so, driven through tvm-ffi's C++ API.
+#include <cstdlib>
+#include <map>
+
+#include "aotc/model.h"
+#include "threads.h"
+
+namespace aotc {
+namespace {
+
+namespace ffi = tvm::ffi;
+
+#if defined(__aarch64__)
+constexpr char kArch[] = "aarch64";
+#elif defined(__x86_64__)
+constexpr char kArch[] = "x86_64";
+#else
+constexpr char kArch[] = "unknown";
+#endif
+
+// TVM compiles kernels assuming 64-byte aligned tensors (aligned AVX-512 loads).
+constexpr size_t kAlignment = 64;
+// vm_initialization(device type, id, allocator, host type, id, allocator): kDLCPU = 1, pooled = 2
+constexpr int kDLCPUDevice = 1;
+constexpr int kPooledAllocator = 2;
+
+struct AlignedAlloc {
+  void AllocData(DLTensor* tensor) {
+    size_t bytes = ffi::GetDataSize(*tensor);
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    tensor->data = std::aligned_alloc(kAlignment, rounded ? rounded : kAlignment);
+    if (tensor->data == nullptr) throw Error("out of memory allocating a tensor");
+  }
+  void FreeData(DLTensor* tensor) { std::free(tensor->data); }
+};
+
+ffi::Function Get(const ffi::Module& module, const char* name, const std::string& path) {
+  ffi::Optional<ffi::Function> func = module->GetFunction(name);
+  if (!func.has_value()) throw Error(path + ": has no '" + name + "': not a Relax VM library");
+  return *func;
+}
+
+std::string ShapeText(const ffi::ShapeView& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+}  // namespace
+
+std::string DTypeName(DLDataType dtype) {
+  if (dtype.code == kDLBool) return "bool";
+  return std::string(ffi::DLDataTypeToString(dtype));
+}
+
+ffi::Tensor Empty(const std::vector<int64_t>& shape, DLDataType dtype) {
+  return ffi::Tensor::FromNDAlloc(AlignedAlloc(), ffi::ShapeView(shape.data(), shape.size()),
+                                  dtype, DLDevice{kDLCPU, 0});
+}
+
+static ffi::Module LoadLibrary(const Metadata& meta, const std::string& path) {
+  if (meta.arch != kArch) {
+    throw Error(path + ": built for " + meta.arch + " (target " + meta.target_name +
+                "); this runner runs on " + kArch);
+  }
+  if (meta.device != "cpu") {
+    throw Error(path + ": a " + meta.device + " model; this runner runs CPU models only");
+  }
+  try {
+    return ffi::Module::LoadFromFile(path);
+  } catch (const ffi::Error& err) {
+    throw Error(path + ": TVM runtime could not load it: " + std::string(err.what()));
+  }
+}
+
+static ffi::Module StartVM(const ffi::Module& lib, const std::string& path) {
+  ffi::Module vm = Get(lib, "vm_load_executable", path)().cast<ffi::Module>();
+  Get(vm, "vm_initialization", path)(kDLCPUDevice, 0, kPooledAllocator, kDLCPUDevice, 0,
+                                     kPooledAllocator);
+  return vm;
+}
+
+Model::Model(const std::string& path, bool verify)
+    : meta_((SetDefaultThreadCount(), ReadMetadata(path, verify))),
+      lib_(LoadLibrary(meta_, path)),
+      vm_(StartVM(lib_, path)),
+      main_(Get(vm_, "main", path)) {}
+
+void Model::CheckInputs(const std::vector<ffi::Tensor>& inputs) const {
+  if (inputs.size() != meta_.inputs.size()) {
+    throw Error("the model takes " + std::to_string(meta_.inputs.size()) + " inputs, got " +
+                std::to_string(inputs.size()));
+  }
+  std::map<std::string, int64_t> bound;  // symbolic dimension -> size seen first
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorSpec& spec = meta_.inputs[i];
+    const ffi::Tensor& tensor = inputs[i];
+    if (DTypeName(tensor.dtype()) != spec.dtype) {
+      throw Error("input '" + spec.name + "': expected dtype " + spec.dtype + ", got " +
+                  DTypeName(tensor.dtype()));
+    }
+    bool ok = tensor.shape().size() == spec.shape.size() && tensor.IsContiguous();
+    for (size_t d = 0; ok && d < spec.shape.size(); ++d) {
+      int64_t got = tensor.shape()[d];
+      ok = spec.dims[d].empty() ? got == spec.shape[d]
+                                : bound.emplace(spec.dims[d], got).first->second == got;
+    }
+    if (!ok) {
+      throw Error("input '" + spec.name + "': expected shape " + spec.ToString() + ", got " +
+                  ShapeText(tensor.shape()));
+    }
+  }
+}
+
+std::vector<ffi::Tensor> Model::Run(const std::vector<ffi::Tensor>& inputs) {
+  CheckInputs(inputs);
+  std::vector<ffi::AnyView> args(inputs.begin(), inputs.end());
+  ffi::Any result;
+  try {
+    CallerOnFirstCore placement;
+    main_.CallPacked(args.data(), static_cast<int>(args.size()), &result);
+  } catch (const ffi::Error& err) {
+    throw Error(std::string("the model failed: ") + err.what());
+  }
+  std::vector<ffi::Tensor> outputs;
+  if (auto tensor = result.try_cast<ffi::Tensor>()) {
+    outputs.push_back(*tensor);
+  } else {
+    for (const ffi::Any& item : result.cast<ffi::Array<ffi::Any>>()) {
+      outputs.push_back(item.cast<ffi::Tensor>());
+    }
+  }
+  return outputs;
+}
+
+}  // namespace aotc
