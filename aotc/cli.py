@@ -252,10 +252,30 @@ def inspect_cmd(model):
 @main.command("targets")
 @_guard
 def targets_cmd():
-    """List the targets aotc can compile for."""
-    from aotc.targets import all_targets
+    """List every target family and preset: what it needs, whether it builds and runs here."""
+    from aotc.targets import all_targets, runs_here
+    click.echo(f"{'target':17s} {'family':6s} {'builds here':12s} {'runs here':10s} description")
     for spec in all_targets():
-        click.echo(f"{spec.name:12s} {spec.description}")
+        build_missing, run_missing = spec.toolchain.missing(), runs_here(spec)
+        click.echo(f"{spec.name:17s} {spec.family:6s} {'yes' if not build_missing else 'no':12s} "
+                   f"{'yes' if not run_missing else 'no':10s} {spec.description}")
+        for why in filter(None, (build_missing, run_missing)):
+            click.echo(f"{'':17s} needs: {why}")
+
+
+@main.command("package")
+@click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="New folder for the bundle.")
+@_guard
+def package_cmd(artifact, output):
+    """Bundle a compiled model with the C++ runner and the TVM runtime for its architecture,
+    to run on a machine without Python (bin/aotc-run)."""
+    from aotc.package import package
+    bundle = package(artifact, output)
+    click.echo(f"wrote {bundle.folder} ({bundle.arch}): runtime {bundle.runtime_bytes / 1e6:.1f} MB "
+               f"+ model {bundle.model_bytes / 1e6:.1f} MB")
+    click.echo(f"run: {bundle.runner} {bundle.model.relative_to(bundle.folder)} --runs 10")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import platform
 import shutil
 import tempfile
 import threading
@@ -22,6 +23,7 @@ from .thread_placement import PLACEMENT
 # vm_initialization(device_type, device_id, allocator, host_type, host_id, host_allocator):
 # kDLCPU = 1, pooled allocator = 2.
 _CPU_POOLED = (1, 0, 2, 1, 0, 2)
+VM_DEVICES = {"cpu": _CPU_POOLED}
 
 
 class Model:
@@ -35,6 +37,7 @@ class Model:
         self.path = Path(path)
         self.metadata = read_metadata(self.path, verify=verify)
         self.signature = ModelSignature.from_json(self.metadata["signature"])
+        _check_runs_here(self.path, self.metadata["target"])
         settings.apply_thread_setting()
         ffi = tvm_ffi()
         try:
@@ -42,7 +45,7 @@ class Model:
             self._vm = self._lib["vm_load_executable"]()
         except Exception as err:
             raise ArtifactError(f"{self.path}: TVM runtime could not load it: {err}") from None
-        self._vm["vm_initialization"](*_CPU_POOLED)
+        self._vm["vm_initialization"](*VM_DEVICES[self.metadata["target"].get("device", "cpu")])
         self._main = self._vm["main"]
         self._ffi = ffi
         self._lock = threading.Lock()
@@ -89,6 +92,19 @@ class Model:
         wants = [o.dtype for o in specs] + [None] * (len(outputs) - len(specs))
         return {name: to_numpy(self._ffi, out, want)
                 for name, out, want in zip(names, outputs, wants)}
+
+
+def _check_runs_here(path: Path, target: dict) -> None:
+    """Refuse, before dlopen, a library built for another machine or device (dlopen of an
+    aarch64 .so on x86 says only "wrong ELF class")."""
+    arch = target.get("arch", "x86_64")  # models built before targets carried it were x86
+    if arch != platform.machine():
+        raise ArtifactError(f"{path}: built for {arch} (target {target['name']}); this machine "
+                            f"is {platform.machine()}. Run it on {arch}, or package it "
+                            f"(aotc package) and run bin/aotc-run under an emulator")
+    if target.get("device", "cpu") not in VM_DEVICES:
+        raise ArtifactError(f"{path}: a {target['device']} model; this runtime runs "
+                            f"{', '.join(VM_DEVICES)} models")
 
 
 _LINKS: dict[str, str] = {}

@@ -1,0 +1,173 @@
+"""The C++ runner (runtime/cpp) and the bundle: bit-equal to the Python runtime on x86, clear
+errors, runs without Python or environment variables, and ARM output run under qemu."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import aotc
+from aotc import cpp_runner
+from aotc.package import package
+from aotc.runtime.inputs import random_inputs
+
+pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None,
+                                reason="cmake and g++ build the C++ runner (.ci/run installs them)")
+needs_arm = pytest.mark.skipif(
+    shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
+    reason="ARM checks need g++-aarch64-linux-gnu and qemu-user (.ci/run installs them)")
+
+
+def run_runner(cmd, env=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600, check=False)
+
+
+def save_inputs(feed: dict, folder: Path) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    flags = []
+    for name, value in feed.items():
+        path = folder / f"{_safe([name])[0]}.npy"  # names like gpu_0/data_0
+        np.save(path, value)
+        flags += ["--input", f"{name}={path}"]
+    return flags
+
+
+def outputs_of(folder: Path, names) -> list[np.ndarray]:
+    return [np.load(folder / f"{name}.npy") for name in names]
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return cpp_runner.build()
+
+
+def test_runner_matches_python_runtime_bit_for_bit(runner, tiny_so, tmp_path):
+    model = aotc.load(tiny_so)
+    feed = random_inputs(model.signature, seed=3)
+    want = model.run(feed)
+    done = run_runner([runner, tiny_so, *save_inputs(feed, tmp_path / "in"),
+                       "--output-dir", tmp_path / "out", "--runs", "5"])
+    assert done.returncode == 0, done.stderr
+    assert "latency ms over 5 runs: p50" in done.stdout
+    for got, (name, expect) in zip(outputs_of(tmp_path / "out", want), want.items()):
+        assert got.dtype == expect.dtype and np.array_equal(got, expect), name
+
+
+def test_runner_errors_name_the_problem(runner, tiny_so, tmp_path):
+    bad = tmp_path / "x.npy"
+    np.save(bad, np.zeros((1, 8, 12, 13), np.float32))
+    wrong_shape = run_runner([runner, tiny_so, "--input", f"x={bad}"])
+    assert wrong_shape.returncode == 1
+    assert "input 'x': expected shape x: float32[1,8,12,12], got [1,8,12,13]" in wrong_shape.stderr
+    unknown = run_runner([runner, tiny_so, "--input", f"nope={bad}"])
+    assert unknown.returncode == 1 and "the model has no input of that name" in unknown.stderr
+    corrupt = tmp_path / "corrupt.so"
+    data = bytearray(tiny_so.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    corrupt.write_bytes(data)
+    tampered = run_runner([runner, corrupt])
+    assert tampered.returncode == 1 and "integrity check failed" in tampered.stderr
+    assert run_runner([runner, tmp_path / "none.so"]).returncode == 1
+    assert run_runner([runner, tiny_so, "--runs", "x"]).returncode == 2
+
+
+def test_bundle_runs_without_python_or_environment(tiny_so, tmp_path):
+    bundle = package(tiny_so, tmp_path / "bundle")
+    assert bundle.runtime_bytes < 10e6
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(bundle.folder, moved)  # rpath is relative: the folder can move
+    done = run_runner([moved / "bin" / "aotc-run", moved / "model" / tiny_so.name], env={},
+                      cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert "y: float32[1,10]" in done.stdout
+
+
+def test_application_builds_against_the_bundle_api(tiny_so, tmp_path):
+    bundle = package(tiny_so, tmp_path / "bundle")
+    app = tmp_path / "app.cc"
+    app.write_text("""
+#include <aotc/model.h>
+#include <cstdio>
+int main(int, char** argv) {
+  aotc::Model model(argv[1]);
+  auto x = aotc::Empty({1, 8, 12, 12}, DLDataType{kDLFloat, 32, 1});
+  for (int i = 0; i < 8 * 12 * 12; ++i) static_cast<float*>(x.data_ptr())[i] = 0.5f;
+  auto outputs = model.Run({x});
+  aotc::WriteNpy(argv[2], outputs[0]);
+  std::printf("%s %zu\\n", model.metadata().inputs[0].ToString().c_str(), outputs.size());
+}
+""")
+    binary = tmp_path / "app"
+    build = run_runner(["g++", "-std=c++17", app, f"-I{bundle.folder / 'include'}",
+                        f"-L{bundle.folder / 'lib'}", "-laotc_model", "-Wl,--no-as-needed",
+                        "-ltvm_runtime", "-Wl,--as-needed", "-ltvm_ffi", "-lpthread",
+                        f"-Wl,-rpath,{bundle.folder / 'lib'}", "-o", binary])
+    assert build.returncode == 0, build.stderr[-2000:]
+    done = run_runner([binary, bundle.model, tmp_path / "y.npy"])
+    assert done.returncode == 0 and "x: float32[1,8,12,12] 1" in done.stdout, done.stderr
+    want = aotc.load(tiny_so).run({"x": np.full((1, 8, 12, 12), 0.5, np.float32)})["y"]
+    assert np.array_equal(np.load(tmp_path / "y.npy"), want)
+
+
+def check_arm_under_qemu(onnx_path: Path, tmp_path: Path, rtol=1e-4, atol=1e-4, feed=None):
+    """Compile for ARM, bundle, run bin/aotc-run under qemu, compare with onnxruntime on x86."""
+    import onnxruntime as ort
+    so = tmp_path / f"{onnx_path.stem}_arm.so"
+    meta = aotc.compile(onnx_path, target="arm", output=so)
+    bundle = package(so, tmp_path / f"{onnx_path.stem}_bundle")
+    signature = aotc.runtime.signature.ModelSignature.from_json(meta["signature"])
+    feed = feed or random_inputs(signature, seed=1)
+    done = run_runner([*cpp_runner.launcher("aarch64"), bundle.runner, bundle.model,
+                       *save_inputs(feed, tmp_path / "in"), "--output-dir", tmp_path / "out"],
+                      env={})
+    assert done.returncode == 0, done.stderr
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    for name, got, want in zip(names, outputs_of(tmp_path / "out", _safe(names)),
+                               session.run(None, feed)):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"output {name}")
+
+
+def _safe(names):
+    return ["".join(c if c.isalnum() or c in "-_." else "_" for c in n) for n in names]
+
+
+@needs_arm
+def test_arm_model_runs_under_qemu_and_matches_onnxruntime(tiny_onnx, tmp_path):
+    check_arm_under_qemu(tiny_onnx, tmp_path)
+
+
+@needs_arm
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert"])
+def test_arm_examples_under_qemu(name, example_onnx_dir, tmp_path):
+    from aotc.examples.export_onnx import export
+    check_arm_under_qemu(export(name, example_onnx_dir), tmp_path, rtol=1e-3, atol=1e-3)
+
+
+@needs_arm
+@pytest.mark.slow
+def test_arm_light_resnet50_under_qemu(tmp_path):
+    from test_models import LIGHT_DIR
+    check_arm_under_qemu(LIGHT_DIR / "light_resnet50.onnx", tmp_path, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert"])
+def test_runner_matches_python_on_examples(name, runner, example_onnx_dir, tmp_path):
+    from aotc.examples.export_onnx import export
+    so = tmp_path / f"{name}.so"
+    aotc.compile(export(name, example_onnx_dir), target="x86", output=so)
+    model = aotc.load(so)
+    feed = random_inputs(model.signature, seed=2)
+    want = model.run(feed)
+    done = run_runner([runner, so, *save_inputs(feed, tmp_path / "in"), "--output-dir",
+                       tmp_path / "out"])
+    assert done.returncode == 0, done.stderr
+    for got, (out, expect) in zip(outputs_of(tmp_path / "out", _safe(want)), want.items()):
+        assert np.array_equal(got, expect), out

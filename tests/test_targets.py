@@ -1,0 +1,60 @@
+"""Target families: presets, what the schedules read from them, cross-compiling for ARM."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+import aotc
+from aotc.errors import ArtifactError, TargetError
+from aotc.targets import Toolchain, all_targets, resolve, simd
+
+needs_arm_gcc = pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
+                                   reason="aarch64-linux-gnu-g++ not installed "
+                                          "(apt install g++-aarch64-linux-gnu; .ci/run does)")
+
+
+def test_presets_are_unique_and_cover_every_family():
+    names = [s.name for s in all_targets()]
+    assert len(names) == len(set(names))
+    assert {s.family for s in all_targets()} >= {"x86", "arm"}
+    for name in ("arm", "arm-dotprod", "arm-i8mm", "arm-cortex-a55", "arm-cortex-a76",
+                 "arm-neoverse-n1", "arm-neoverse-v1", "x86-avx2", "x86-avx512"):
+        assert resolve(name).name == name
+
+
+def test_schedules_read_simd_from_the_spec():
+    for spec in all_targets():
+        assert simd(spec.tvm_target) == (spec.vector_bits, spec.vector_registers), spec.name
+    assert resolve("arm").vector_lanes(32) == 4       # NEON: 4 fp32 lanes, not AVX's 8 or 16
+    assert resolve("x86-avx2").vector_lanes(32) == 8
+    assert resolve("x86-avx512").vector_lanes(32) == 16
+
+
+def test_fixed_presets_do_not_carry_the_build_hosts_core_count():
+    cores = {resolve(n).tvm_target["num-cores"] for n in ("x86-avx2", "x86-avx512", "arm")}
+    assert cores == {4}
+
+
+def test_missing_cross_compiler_is_named_before_any_work(tiny_onnx, tmp_path, monkeypatch):
+    from aotc.compiler.build import check_toolchain
+    spec = resolve("arm")
+    broken = type(spec)(**{**spec.__dict__, "toolchain": Toolchain("no-such-g++", install_hint="x")})
+    with pytest.raises(TargetError, match="no-such-g\\+\\+ not found"):
+        check_toolchain(broken)
+
+
+@needs_arm_gcc
+def test_arm_build_is_aarch64_neon_code_and_refused_by_the_x86_runtime(tiny_onnx, tmp_path):
+    out = tmp_path / "tiny_arm.so"
+    meta = aotc.compile(tiny_onnx, target="arm", output=out)
+    assert meta["target"]["arch"] == "aarch64" and meta["unscheduled_kernels"] == []
+    assert "ARM aarch64" in subprocess.run(["file", str(out)], capture_output=True,
+                                           text=True, check=True).stdout
+    asm = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(out)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "fmla\tv" in asm  # vectorized NEON multiply-adds: the default rules fit 4 lanes
+    with pytest.raises(ArtifactError, match="built for aarch64"):
+        aotc.load(out)
