@@ -13,6 +13,7 @@ import tvm
 from tvm import relax
 from tvm.support import cc
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
+from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 
 from aotc.runtime import artifact
 from aotc.errors import TargetError
@@ -20,6 +21,7 @@ from aotc.targets import TargetSpec
 
 from aotc.options import CompileOptions
 
+from . import cuda_codegen
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
@@ -39,13 +41,25 @@ def _cpu_finalize(target: tvm.target.Target) -> list:
     return cpu_pipeline.dataflow_lower_passes(target) + cpu_pipeline.finalize_passes(target)
 
 
-# TargetSpec.backend -> TVM's post-scheduling Relax passes for it. Only those: TVM's default
-# pipelines would legalize and fuse again, which we have already done (and scheduled).
-FINALIZE = {"cpu": _cpu_finalize}
+def _cuda_finalize(target: tvm.target.Target) -> list:
+    return cuda_pipeline.dataflow_lower_passes(target) + cuda_pipeline.finalize_passes(target)
+
+
+def _prepare_cuda(spec: TargetSpec) -> None:
+    # the generic preset ("cuda") also carries PTX, which the driver compiles for newer GPUs
+    cuda_codegen.prepare(spec.tvm_target["arch"], with_ptx=spec.name == "cuda")
+
+
+# TargetSpec.backend -> (TVM's post-scheduling Relax passes, what codegen needs first). Only
+# those passes: TVM's default pipelines would legalize and fuse again, which we have done.
+FINALIZE = {"cpu": (_cpu_finalize, lambda spec: None),
+            "cuda": (_cuda_finalize, _prepare_cuda)}
 
 
 def _finalize_pipeline(spec: TargetSpec, target: tvm.target.Target) -> tvm.transform.Pass:
-    return tvm.transform.Sequential(FINALIZE[spec.backend](target))
+    passes, prepare = FINALIZE[spec.backend]
+    prepare(spec)
+    return tvm.transform.Sequential(passes(target))
 
 
 def check_toolchain(spec: TargetSpec) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 _STATE = {}
 
 
-def _runtime_library() -> Path:
+def runtime_library() -> Path:
     spec = importlib.util.find_spec("tvm")  # finds the package without executing it
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("apache-tvm is not installed: it provides libtvm_runtime.so")
@@ -41,7 +41,7 @@ def tvm_ffi():
     if "ffi" not in _STATE:
         ffi = _import_tvm_ffi()  # first: libtvm_runtime.so links against its libtvm_ffi.so
         if "tvm" not in sys.modules:  # with full TVM imported, its runtime is already there
-            ctypes.CDLL(str(_runtime_library()), mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(str(runtime_library()), mode=ctypes.RTLD_GLOBAL)
         _STATE["ffi"] = ffi
     return _STATE["ffi"]
 

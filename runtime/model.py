@@ -16,14 +16,11 @@ from aotc.errors import ArtifactError, InputMismatchError, ModelRunError, meanin
 
 from ._tvm_runtime import tvm_ffi
 from .artifact import read_metadata
+from .devices import DEVICES
 from .exotic_dtypes import to_numpy, to_tvm
 from .signature import ModelSignature, TensorSpec
 from .thread_placement import PLACEMENT
 
-# vm_initialization(device_type, device_id, allocator, host_type, host_id, host_allocator):
-# kDLCPU = 1, pooled allocator = 2.
-_CPU_POOLED = (1, 0, 2, 1, 0, 2)
-VM_DEVICES = {"cpu": _CPU_POOLED}
 
 
 class Model:
@@ -38,14 +35,23 @@ class Model:
         self.metadata = read_metadata(self.path, verify=verify)
         self.signature = ModelSignature.from_json(self.metadata["signature"])
         _check_runs_here(self.path, self.metadata["target"])
+        self.device = DEVICES[self.metadata["target"].get("device", "cpu")]
         settings.apply_thread_setting()
         ffi = tvm_ffi()
+        try:
+            self.device.load_runtime()
+        except ArtifactError as err:
+            raise ArtifactError(f"{self.path}: {err}") from None
         try:
             self._lib = _load_by_content(ffi, self.path, self.metadata["hash"])
             self._vm = self._lib["vm_load_executable"]()
         except Exception as err:
             raise ArtifactError(f"{self.path}: TVM runtime could not load it: {err}") from None
-        self._vm["vm_initialization"](*VM_DEVICES[self.metadata["target"].get("device", "cpu")])
+        try:
+            self._vm["vm_initialization"](*self.device.vm_initialization_args())
+        except RuntimeError as err:  # e.g. CUDA: no GPU, or a driver older than the runtime
+            raise ArtifactError(f"{self.path}: cannot start the {self.device.name} device: "
+                                f"{meaningful_line(err)}") from None
         self._main = self._vm["main"]
         self._ffi = ffi
         self._lock = threading.Lock()
@@ -81,12 +87,16 @@ class Model:
         with self._lock:
             try:
                 tensors = [to_tvm(self._ffi, a) for a in arrays]
+                if not self.device.is_host:
+                    tensors = [self.device.upload(t) for t in tensors]
                 result = PLACEMENT.run(lambda: self._main(*tensors))
             except (RuntimeError, IndexError, ValueError, TypeError) as err:
                 # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
                 raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "
                                     f"{meaningful_line(err)}") from None
         outputs = list(result) if not hasattr(result, "__dlpack__") else [result]
+        if not self.device.is_host:
+            outputs = [self.device.download(o) for o in outputs]
         specs = list(self.signature.outputs)
         names = [o.name for o in specs] + [f"output{i}" for i in range(len(specs), len(outputs))]
         wants = [o.dtype for o in specs] + [None] * (len(outputs) - len(specs))
@@ -102,9 +112,9 @@ def _check_runs_here(path: Path, target: dict) -> None:
         raise ArtifactError(f"{path}: built for {arch} (target {target['name']}); this machine "
                             f"is {platform.machine()}. Run it on {arch}, or package it "
                             f"(aotc package) and run bin/aotc-run under an emulator")
-    if target.get("device", "cpu") not in VM_DEVICES:
+    if target.get("device", "cpu") not in DEVICES:
         raise ArtifactError(f"{path}: a {target['device']} model; this runtime runs "
-                            f"{', '.join(VM_DEVICES)} models")
+                            f"{', '.join(DEVICES)} models")
 
 
 _LINKS: dict[str, str] = {}

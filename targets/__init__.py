@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from aotc.errors import TargetError
 
-from . import arm, x86
+from . import arm, cuda, x86
 from .spec import TargetSpec, Toolchain
 
-FAMILIES = {x86.FAMILY: x86, arm.FAMILY: arm}
+FAMILIES = {x86.FAMILY: x86, arm.FAMILY: arm, cuda.FAMILY: cuda}
 
 
 def all_targets() -> list[TargetSpec]:
@@ -26,7 +26,11 @@ def resolve(name: str) -> TargetSpec:
 def simd(tvm_target) -> tuple[int, int]:
     """(vector bits, vector registers) of a TVM llvm target, from the family that claims it.
     The schedule rules see only the TVM target (under ``with target:``), so they ask here."""
-    attrs = tvm_target.attrs if hasattr(tvm_target, "attrs") else tvm_target
+    if hasattr(tvm_target, "attrs"):  # a tvm.target.Target: a GPU target's CPU is its host
+        target = tvm_target if tvm_target.kind.name == "llvm" else tvm_target.host
+        attrs = target.attrs if target is not None else {}
+    else:
+        attrs = tvm_target if tvm_target.get("kind") == "llvm" else tvm_target.get("host", {})
     for family in FAMILIES.values():
         found = family.simd(attrs)
         if found:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import shutil
 
-from .spec import TargetSpec
+from .spec import Toolchain, TargetSpec
 
 FAMILY = "cuda"
 # (name suffix, arch, what has it)
@@ -20,6 +20,7 @@ _ARCHS = (
     ("sm89", "sm_89", "Ada: L4, L40, RTX 40xx"),
     ("sm90", "sm_90", "Hopper: H100, H200"),
 )
+TOOLCHAIN = Toolchain(also_needs=("nvcc",), install_hint="the CUDA toolkit compiles the kernels")
 # The host code runs the VM's glue on the CPU: a baseline x86-64 with AVX2.
 _HOST = {"kind": "llvm", "mcpu": "haswell"}
 
@@ -34,17 +35,13 @@ def _spec(name: str, arch: str, description: str) -> TargetSpec:
     target = {"kind": "cuda", "arch": arch, "host": dict(_HOST)}
     return TargetSpec(name, FAMILY, description, target, arch="x86_64", vector_bits=256,
                       vector_registers=16, schedule_rules="gpu", backend="cuda",
-                      runtime_device="cuda", features=(arch,))
+                      runtime_device="cuda", toolchain=TOOLCHAIN, features=(arch,))
 
 
 def presets() -> list[TargetSpec]:
     generic = _spec("cuda", "sm_75", "any NVIDIA GPU from Turing on (sm_75 code + PTX)")
     return [generic, *(_spec(f"cuda-{suffix}", arch, f"{arch}, {what}")
                        for suffix, arch, what in _ARCHS)]
-
-
-def build_missing() -> str | None:
-    return None if shutil.which("nvcc") else "nvcc not found (the CUDA toolkit compiles the kernels)"
 
 
 def runs_here(spec: TargetSpec) -> str | None:

@@ -14,13 +14,17 @@ class Toolchain:
     """How the .so is linked: ``compiler`` None means the host's cc (TVM's default)."""
     compiler: str | None = None
     link_flags: tuple[str, ...] = ()
-    install_hint: str = ""          # what to install when the compiler is missing
+    install_hint: str = ""          # what to install when a tool is missing
+    also_needs: tuple[str, ...] = ()  # other programs the build runs (nvcc for CUDA kernels)
 
     def missing(self) -> str | None:
-        """Why this toolchain cannot link here, or None when it can."""
-        if self.compiler is None or shutil.which(self.compiler):
+        """Why this toolchain cannot build here, or None when it can."""
+        tools = ([self.compiler] if self.compiler else []) + list(self.also_needs)
+        absent = [tool for tool in tools if shutil.which(tool) is None]
+        if not absent:
             return None
-        return f"{self.compiler} not found" + (f" ({self.install_hint})" if self.install_hint else "")
+        hint = f" ({self.install_hint})" if self.install_hint else ""
+        return f"{', '.join(absent)} not found{hint}"
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from aotc.errors import CompileError, meaningful_line
 from aotc.targets import TargetSpec
 
 from ..kernel_table import with_flops
-from . import cpu_rules
+from . import cpu_rules, gpu_rules
 
-RULE_SETS = {"cpu": cpu_rules.RULES}
+RULE_SETS = {"cpu": cpu_rules.RULES, "gpu": gpu_rules.RULES}
 LOG = logging.getLogger("aotc.schedule")
 # Python errors a rule raises only through a mistake in its own code; TVM's schedule
 # primitives reject unsupported shapes with TVM errors (RuntimeError subclasses) instead.
