@@ -77,6 +77,7 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     from aotc.schedules import log as tuning_log
     from aotc.schedules.tune import Budget, tune as run_tuner
 
+    _check_measurable(target)
     say = progress or (lambda _msg: None)
     tasks, tvm_target, default_schedule = tuning_tasks(
         model, target, input_shapes=input_shapes, example_inputs=example_inputs,
@@ -90,6 +91,14 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     say(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already in {log}")
     return run_tuner(todo, tvm_target, Budget(trials, time_budget), log, default_schedule,
                      search=search, seed=seed, checkpoints=checkpoints, say=say)
+
+
+def _check_measurable(target: str) -> None:
+    from aotc.errors import TargetError
+    from aotc.targets import measurable_here, resolve
+    why = measurable_here(resolve(target))
+    if why:
+        raise TargetError(f"cannot tune {target} on this machine: {why}")
 
 
 def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_inputs=None,

@@ -46,8 +46,8 @@ def _cuda_finalize(target: tvm.target.Target) -> list:
 
 
 def _prepare_cuda(spec: TargetSpec) -> None:
-    # the generic preset ("cuda") also carries PTX, which the driver compiles for newer GPUs
-    cuda_codegen.prepare(spec.tvm_target["arch"], with_ptx=spec.name == "cuda")
+    # PTX too (the generic preset): the driver compiles it for GPUs newer than the arch
+    cuda_codegen.prepare(spec.tvm_target["arch"], with_ptx="ptx" in spec.features)
 
 
 # TargetSpec.backend -> (TVM's post-scheduling Relax passes, what codegen needs first). Only

@@ -3,6 +3,8 @@ and ``runs_here(spec)``. Nothing else in aotc names a target family."""
 
 from __future__ import annotations
 
+import platform
+
 from aotc.errors import TargetError
 
 from . import arm, cuda, x86
@@ -43,4 +45,17 @@ def runs_here(spec: TargetSpec) -> str | None:
     return FAMILIES[spec.family].runs_here(spec)
 
 
-__all__ = ["TargetSpec", "Toolchain", "all_targets", "resolve", "runs_here", "simd"]
+def measurable_here(spec: TargetSpec) -> str | None:
+    """Why kernels for ``spec`` cannot be timed on this machine (local tuning), or None.
+    Emulated code runs (qemu) but its timings say nothing about the real CPU."""
+    if spec.runtime_device != "cpu":
+        return (f"the tuner times CPU kernels only; {spec.name} kernels run on a "
+                f"{spec.runtime_device} device (GPU tuning is not built yet)")
+    if spec.arch != platform.machine():
+        return (f"{spec.name} code is {spec.arch} and this machine is {platform.machine()}: it runs "
+                "here only under emulation, whose timings say nothing about the real CPU; run "
+                f"aotc tune on a {spec.arch} machine and compile here with --tuning-log")
+    return runs_here(spec)
+
+
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "resolve", "measurable_here", "runs_here", "simd"]

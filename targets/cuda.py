@@ -31,15 +31,16 @@ def simd(attrs) -> tuple[int, int] | None:
     return None
 
 
-def _spec(name: str, arch: str, description: str) -> TargetSpec:
+def _spec(name: str, arch: str, description: str, ptx: bool = False) -> TargetSpec:
     target = {"kind": "cuda", "arch": arch, "host": dict(_HOST)}
     return TargetSpec(name, FAMILY, description, target, arch="x86_64", vector_bits=256,
                       vector_registers=16, schedule_rules="gpu", backend="cuda",
-                      runtime_device="cuda", toolchain=TOOLCHAIN, features=(arch,))
+                      runtime_device="cuda", toolchain=TOOLCHAIN,
+                      features=(arch, *(("ptx",) if ptx else ())))
 
 
 def presets() -> list[TargetSpec]:
-    generic = _spec("cuda", "sm_75", "any NVIDIA GPU from Turing on (sm_75 code + PTX)")
+    generic = _spec("cuda", "sm_75", "any NVIDIA GPU from Turing on (sm_75 code + PTX)", ptx=True)
     return [generic, *(_spec(f"cuda-{suffix}", arch, f"{arch}, {what}")
                        for suffix, arch, what in _ARCHS)]
 

@@ -58,3 +58,11 @@ def test_arm_build_is_aarch64_neon_code_and_refused_by_the_x86_runtime(tiny_onnx
     assert "fmla\tv" in asm  # vectorized NEON multiply-adds: the default rules fit 4 lanes
     with pytest.raises(ArtifactError, match="built for aarch64"):
         aotc.load(out)
+
+
+def test_tuning_a_target_this_machine_cannot_time_is_refused_up_front(tiny_onnx, tmp_path):
+    with pytest.raises(TargetError, match="runs here only under emulation"):
+        aotc.tune(tiny_onnx, target="arm", trials=8, log=tmp_path / "t.jsonl")
+    with pytest.raises(TargetError, match="GPU tuning is not built yet"):
+        aotc.tune(tiny_onnx, target="cuda", trials=8, log=tmp_path / "t.jsonl")
+    assert not (tmp_path / "t.jsonl").exists()
