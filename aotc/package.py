@@ -4,6 +4,8 @@
       bin/aotc-run            the C++ runner, rpath $ORIGIN/../lib (no environment variables)
       lib/libtvm_runtime.so   TVM's runtime for the model's architecture (the Relax VM)
       lib/libtvm_ffi.so
+      lib/libtvm_runtime_cuda.so, libcudart.so.13   for CUDA models (the GPU driver comes
+                              from the machine)
       lib/libaotc_model.a     the C++ API (include/aotc/model.h) for applications
       include/                aotc/model.h and tvm-ffi's headers it includes
       model/<name>.so         the model, unchanged (its hash is checked at load)
@@ -45,7 +47,8 @@ def package(model: str | Path, output: str | Path) -> Bundle:
         (out / sub).mkdir(parents=True, exist_ok=True)
     shutil.copy2(runner, out / "bin" / "aotc-run")
     shutil.copy2(runner.parent / "libaotc_model.a", out / "lib")
-    for lib in (libs.tvm_runtime, libs.tvm_ffi):
+    device = meta["target"].get("device", "cpu")
+    for lib in (libs.tvm_runtime, libs.tvm_ffi, *runtime_libs.device_libraries(device)):
         shutil.copy2(lib, out / "lib" / lib.name)
     shutil.copytree(libs.include / "tvm", out / "include" / "tvm")
     shutil.copytree(libs.include / "dlpack", out / "include" / "dlpack")

@@ -42,6 +42,32 @@ class RuntimeLibs:
         return sorted({self.tvm_runtime.parent, self.tvm_ffi.parent})
 
 
+# Device -> libraries a model on that device needs beyond the CPU runtime: TVM's runtime for
+# the device (from the apache-tvm wheel) and what it links that a GPU machine's driver package
+# may lack (the CUDA runtime of the toolkit the wheel was built with: libcudart.so.13).
+DEVICE_LIBRARIES = {"cuda": (("tvm", "libtvm_runtime_cuda.so"), (None, "libcudart.so.13"))}
+
+
+def device_libraries(device: str) -> list[Path]:
+    """This machine's copies of the libraries a ``device`` model needs ([] for the CPU)."""
+    found = []
+    for package, name in DEVICE_LIBRARIES.get(device, ()):
+        path = _package_dir(package) / "lib" / name if package else _system_library(name)
+        if path is None or not path.is_file():
+            raise RuntimeUnavailable(f"a {device} model needs {name}, not found on this machine")
+        found.append(path)
+    return found
+
+
+def _system_library(name: str) -> Path | None:
+    """Where the dynamic linker finds ``name`` (ldconfig's cache)."""
+    listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    for line in listing.splitlines():
+        if line.strip().startswith(name + " ") and "=>" in line:
+            return Path(line.split("=>", 1)[1].strip())
+    return None
+
+
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)  # finds the package without importing it
     if spec is None or not spec.submodule_search_locations:

@@ -72,3 +72,14 @@ def test_runtime_without_a_gpu_says_so(cuda_builds):
 def test_presets_cover_the_common_architectures():
     for sm in ("75", "80", "86", "89", "90"):
         assert resolve(f"cuda-sm{sm}").tvm_target["arch"] == f"sm_{sm}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert", "vit", "efficientnet",
+                                  "convnext", "gpt", "unet"])
+def test_every_example_builds_for_the_gpu(name, example_onnx_dir, tmp_path):
+    from aotc.examples.export_onnx import export
+    out = tmp_path / f"{name}.so"
+    meta = aotc.compile(export(name, example_onnx_dir), target="cuda-sm80", output=out)
+    assert meta["unscheduled_kernels"] == []
+    assert fatbin_entries(out.read_bytes()) == [("elf", 80)]

@@ -1,4 +1,7 @@
 // aotc::Model: the Relax VM of an aotc .so, driven through tvm-ffi's C++ API.
+#include <dlfcn.h>
+#include <tvm/ffi/container/shape.h>
+
 #include <cstdlib>
 #include <map>
 
@@ -23,6 +26,35 @@ constexpr size_t kAlignment = 64;
 // vm_initialization(device type, id, allocator, host type, id, allocator): kDLCPU = 1, pooled = 2
 constexpr int kDLCPUDevice = 1;
 constexpr int kPooledAllocator = 2;
+
+// Devices a model may run on (metadata target.device), and the TVM runtime library that adds
+// each one beyond the CPU (found through the runner's rpath, like libtvm_runtime).
+struct DeviceInfo {
+  DLDeviceType type;
+  const char* runtime_library;
+};
+const std::map<std::string, DeviceInfo>& Devices() {
+  static const std::map<std::string, DeviceInfo> devices = {
+      {"cpu", {kDLCPU, nullptr}}, {"cuda", {kDLCUDA, "libtvm_runtime_cuda.so"}}};
+  return devices;
+}
+
+ffi::Function Global(const char* name) {
+  auto func = ffi::Function::GetGlobal(name);
+  if (!func.has_value()) throw Error(std::string("TVM runtime lacks ") + name);
+  return *func;
+}
+
+// A copy of `tensor` on `device` (after the copy has finished: the runtime syncs to the host).
+ffi::Tensor CopyTo(const ffi::Tensor& tensor, DLDevice device, DLDevice sync_device) {
+  std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+  ffi::Tensor out = Global("runtime.TVMTensorAllocWithScope")(
+                        ffi::Shape(shape), tensor.dtype(), device, ffi::Optional<ffi::String>())
+                        .cast<ffi::Tensor>();
+  Global("runtime.TVMTensorCopyFromTo")(tensor, out);
+  Global("runtime.Device_StreamSync")(sync_device, nullptr);
+  return out;
+}
 
 struct AlignedAlloc {
   void AllocData(DLTensor* tensor) {
@@ -58,13 +90,23 @@ ffi::Tensor Empty(const std::vector<int64_t>& shape, DLDataType dtype) {
                                   dtype, DLDevice{kDLCPU, 0});
 }
 
+static DLDevice DeviceOf(const Metadata& meta, const std::string& path) {
+  auto found = Devices().find(meta.device);
+  if (found == Devices().end()) {
+    throw Error(path + ": a " + meta.device + " model; this runner knows cpu and cuda");
+  }
+  const char* library = found->second.runtime_library;
+  if (library != nullptr && dlopen(library, RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    throw Error(path + ": a " + meta.device + " model needs " + library +
+                " and the device driver: " + dlerror());
+  }
+  return DLDevice{found->second.type, 0};
+}
+
 static ffi::Module LoadLibrary(const Metadata& meta, const std::string& path) {
   if (meta.arch != kArch) {
     throw Error(path + ": built for " + meta.arch + " (target " + meta.target_name +
                 "); this runner runs on " + kArch);
-  }
-  if (meta.device != "cpu") {
-    throw Error(path + ": a " + meta.device + " model; this runner runs CPU models only");
   }
   try {
     return ffi::Module::LoadFromFile(path);
@@ -73,17 +115,22 @@ static ffi::Module LoadLibrary(const Metadata& meta, const std::string& path) {
   }
 }
 
-static ffi::Module StartVM(const ffi::Module& lib, const std::string& path) {
+static ffi::Module StartVM(const ffi::Module& lib, DLDevice device, const std::string& path) {
   ffi::Module vm = Get(lib, "vm_load_executable", path)().cast<ffi::Module>();
-  Get(vm, "vm_initialization", path)(kDLCPUDevice, 0, kPooledAllocator, kDLCPUDevice, 0,
-                                     kPooledAllocator);
+  try {
+    Get(vm, "vm_initialization", path)(static_cast<int>(device.device_type), 0, kPooledAllocator,
+                                       kDLCPUDevice, 0, kPooledAllocator);
+  } catch (const ffi::Error& err) {
+    throw Error(path + ": cannot start the device: " + std::string(err.what()));
+  }
   return vm;
 }
 
 Model::Model(const std::string& path, bool verify)
     : meta_((SetDefaultThreadCount(), ReadMetadata(path, verify))),
+      device_(DeviceOf(meta_, path)),
       lib_(LoadLibrary(meta_, path)),
-      vm_(StartVM(lib_, path)),
+      vm_(StartVM(lib_, device_, path)),
       main_(Get(vm_, "main", path)) {}
 
 void Model::CheckInputs(const std::vector<ffi::Tensor>& inputs) const {
@@ -114,7 +161,11 @@ void Model::CheckInputs(const std::vector<ffi::Tensor>& inputs) const {
 
 std::vector<ffi::Tensor> Model::Run(const std::vector<ffi::Tensor>& inputs) {
   CheckInputs(inputs);
-  std::vector<ffi::AnyView> args(inputs.begin(), inputs.end());
+  const DLDevice host{kDLCPU, 0};
+  bool on_host = device_.device_type == kDLCPU;
+  std::vector<ffi::Tensor> placed;
+  for (const ffi::Tensor& input : inputs) placed.push_back(on_host ? input : CopyTo(input, device_, device_));
+  std::vector<ffi::AnyView> args(placed.begin(), placed.end());
   ffi::Any result;
   try {
     CallerOnFirstCore placement;
@@ -129,6 +180,9 @@ std::vector<ffi::Tensor> Model::Run(const std::vector<ffi::Tensor>& inputs) {
     for (const ffi::Any& item : result.cast<ffi::Array<ffi::Any>>()) {
       outputs.push_back(item.cast<ffi::Tensor>());
     }
+  }
+  if (!on_host) {
+    for (ffi::Tensor& output : outputs) output = CopyTo(output, host, device_);
   }
   return outputs;
 }

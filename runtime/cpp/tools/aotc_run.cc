@@ -5,11 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <random>
 #include <string>
-#include <sys/stat.h>
 
 #include "aotc/model.h"
 
@@ -139,7 +139,7 @@ std::string Safe(const std::string& name) {
 
 void Report(const aotc::Metadata& meta, const std::vector<ffi::Tensor>& outputs,
             const std::string& output_dir) {
-  if (!output_dir.empty()) mkdir(output_dir.c_str(), 0755);
+  if (!output_dir.empty()) std::filesystem::create_directories(output_dir);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const ffi::Tensor& out = outputs[i];
     std::string name = i < meta.outputs.size() ? meta.outputs[i].name : "output" + std::to_string(i);

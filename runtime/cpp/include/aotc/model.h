@@ -61,6 +61,7 @@ class Model {
  private:
   void CheckInputs(const std::vector<tvm::ffi::Tensor>& inputs) const;
   Metadata meta_;
+  DLDevice device_;   // where the VM runs; inputs and outputs are copied when not the CPU
   tvm::ffi::Module lib_;
   tvm::ffi::Module vm_;
   tvm::ffi::Function main_;
