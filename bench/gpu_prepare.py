@@ -72,7 +72,7 @@ def main() -> None:
     shutil.rmtree(args.out, ignore_errors=True)
     work = args.out.parent / f".{args.out.name}-work"
     prepared = [prepare_model(m, args.target, work, args.out) for m in args.models.split(",")]
-    bundle = package(prepared[0]["so"], args.out / "bundle")
+    package(prepared[0]["so"], args.out / "bundle")
     for entry in prepared[1:]:
         shutil.copy2(entry["so"], args.out / "bundle" / "model" / entry["so"].name)
     manifest = [{**{k: v for k, v in e.items() if k != "so"}, "so": e["so"].name} for e in prepared]

@@ -15,6 +15,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from . import log as tuning_log
+from .measure import measured_seconds
 from .keys import target_key
 
 
@@ -30,10 +31,8 @@ class CheckpointWriter(PyMeasureCallback):
               runner_results) -> None:
         best = None
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
-            if built.error_msg or ran.error_msg or not ran.run_secs:
-                continue
-            seconds = sum(float(s) for s in ran.run_secs) / len(ran.run_secs)
-            if seconds < self.best.get(task_id, float("inf")):
+            seconds = measured_seconds(built, ran)
+            if seconds is not None and seconds < self.best.get(task_id, float("inf")):
                 self.best[task_id], best = seconds, (candidate, ran.run_secs)
         if best is not None:
             tuning_log.append(self.log_path, [self._record(task_id, *best)])

@@ -13,6 +13,17 @@ import numpy as np
 import tvm
 
 
+def measured_seconds(*results) -> float | None:
+    """Mean run time of a measured candidate, from its builder and runner results (or a
+    database record); None when a build or run failed or nothing was timed."""
+    if any(getattr(result, "error_msg", None) for result in results):
+        return None
+    run_secs = results[-1].run_secs
+    if not run_secs:
+        return None
+    return sum(float(s) for s in run_secs) / len(run_secs)
+
+
 def kernel_seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target, repeat: int = 5,
                    min_repeat_ms: int = 20) -> float:
     lib = _build(func, target)

@@ -12,6 +12,8 @@ from typing import Callable
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.ir.utils import derived_object
 
+from .measure import measured_seconds
+
 
 @derived_object
 class ProgressLine(PyMeasureCallback):
@@ -30,10 +32,10 @@ class ProgressLine(PyMeasureCallback):
         for built, ran in zip(builder_results, runner_results):
             self.trials += 1
             self.task_trials[task_id] = self.task_trials.get(task_id, 0) + 1
-            if built.error_msg or ran.error_msg or not ran.run_secs:
+            seconds = measured_seconds(built, ran)
+            if seconds is None:
                 self.failed += 1
                 continue
-            seconds = sum(float(s) for s in ran.run_secs) / len(ran.run_secs)
             if seconds < self.best.get(task_id, float("inf")):
                 self.best[task_id] = seconds
                 self.curves.setdefault(task_id, []).append(

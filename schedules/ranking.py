@@ -14,6 +14,8 @@ import itertools
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from .measure import measured_seconds
+
 
 @derived_object
 class RankingProbe(PyMeasureCallback):
@@ -25,7 +27,7 @@ class RankingProbe(PyMeasureCallback):
               runner_results) -> None:
         if getattr(self.cost_model, "booster", None) is None:
             return  # still warming up: its predictions are random
-        timed = [(candidate, _seconds(built, ran)) for candidate, built, ran
+        timed = [(candidate, measured_seconds(built, ran)) for candidate, built, ran
                  in zip(measure_candidates, builder_results, runner_results)]
         timed = [(c, s) for c, s in timed if s is not None]
         if len(timed) < 2:
@@ -39,7 +41,3 @@ class RankingProbe(PyMeasureCallback):
                 self.stats.correct_pairs += bool((score_a > score_b) == (secs_a < secs_b))
 
 
-def _seconds(built, ran) -> float | None:
-    if built.error_msg or ran.error_msg or not ran.run_secs:
-        return None
-    return sum(float(s) for s in ran.run_secs) / len(ran.run_secs)

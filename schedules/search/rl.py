@@ -27,6 +27,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 from tvm.s_tir.schedule import ScheduleError, Trace
 
+from ..measure import measured_seconds
 from .decisions import decisions
 from .policy import Policy, clipped_log_ratio
 
@@ -100,7 +101,7 @@ class RLSearch(PySearchStrategy):
         best = min((s for _, s in self.measured), default=None)
         episodes = []
         for proposal, result in zip(self.pending, results):
-            seconds = _mean_seconds(result)
+            seconds = measured_seconds(result)
             if seconds is not None:
                 self.measured.append((proposal.sch.trace, seconds))
             if proposal.steps:
@@ -233,13 +234,7 @@ class RLSearch(PySearchStrategy):
             return
         workload = database.commit_workload(self.context.mod)
         for record in database.get_top_k(workload, 16):
-            seconds = _mean_seconds(record)
+            seconds = measured_seconds(record)
             if seconds is not None:
                 self.measured.append((record.trace, seconds))
 
-
-def _mean_seconds(result) -> float | None:
-    if getattr(result, "error_msg", None) or not result.run_secs:
-        return None
-    values = [float(s) for s in result.run_secs]
-    return sum(values) / len(values)

@@ -1,5 +1,7 @@
 #include "sha256.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -23,9 +25,29 @@ inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 }  // namespace
 
+struct Sha256::OpenSsl {
+  int (*init)(void*);
+  int (*update)(void*, const void*, size_t);
+  int (*final)(unsigned char*, void*);
+};
+
+const Sha256::OpenSsl* Sha256::Crypto() {
+  static const OpenSsl* crypto = []() -> const OpenSsl* {
+    void* lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return nullptr;
+    static OpenSsl found{reinterpret_cast<int (*)(void*)>(dlsym(lib, "SHA256_Init")),
+                         reinterpret_cast<int (*)(void*, const void*, size_t)>(dlsym(lib, "SHA256_Update")),
+                         reinterpret_cast<int (*)(unsigned char*, void*)>(dlsym(lib, "SHA256_Final"))};
+    return found.init && found.update && found.final ? &found : nullptr;
+  }();
+  return crypto;
+}
+
 Sha256::Sha256()
     : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
-             0x1f83d9ab, 0x5be0cd19} {}
+             0x1f83d9ab, 0x5be0cd19} {
+  if (Crypto()) Crypto()->init(ssl_ctx_);
+}
 
 void Sha256::Block(const uint8_t* p) {
   uint32_t w[64];
@@ -51,6 +73,10 @@ void Sha256::Block(const uint8_t* p) {
 }
 
 void Sha256::Update(const uint8_t* data, size_t size) {
+  if (Crypto()) {
+    Crypto()->update(ssl_ctx_, data, size);
+    return;
+  }
   total_ += size;
   while (size > 0) {
     size_t take = std::min(size, sizeof(buffer_) - buffered_);
@@ -66,6 +92,13 @@ void Sha256::Update(const uint8_t* data, size_t size) {
 }
 
 std::string Sha256::HexDigest() {
+  if (Crypto()) {
+    unsigned char digest[32];
+    Crypto()->final(digest, ssl_ctx_);
+    char hex[65];
+    for (int i = 0; i < 32; ++i) std::snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    return std::string(hex, 64);
+  }
   uint64_t bits = total_ * 8;
   uint8_t pad = 0x80;
   Update(&pad, 1);
