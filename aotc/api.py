@@ -66,18 +66,22 @@ def _tuning_logs(extra, shipped_logs: bool = True) -> list[Path]:
 def tune(model, target: str = "x86", trials: int | None = 64,
          log: str | Path = "tuning.jsonl", *, time_budget: float | None = None,
          search: str = "rl", input_shapes: dict[str, tuple[int, ...]] | None = None,
-         example_inputs=None, seed: int = 0, options=None,
+         example_inputs=None, seed: int = 0, options=None, rpc: str | None = None,
+         key: str | None = None, rpc_timeout: float = 60.0,
          progress: Callable[[str], None] | None = None):
     """Tune the kernels ``aotc.compile`` would produce for ``model`` on ``target`` and append
     what beats the default rules to ``log`` (JSON lines; resumable: kernels the log already
     has a record for are skipped). The budget is ``trials`` measurements, ``time_budget``
     seconds, or whichever runs out first; ``search`` is "rl" or "evolutionary"
-    (aotc.schedules.search). Returns the tuning report (aotc.schedules.tune.TuneReport)."""
+    (aotc.schedules.search). With ``rpc`` ("HOST:PORT" of a TVM RPC tracker) and ``key``,
+    candidates are timed on the farm's servers of that key instead of this machine; a device
+    that does not finish a measurement within ``rpc_timeout`` seconds is left behind.
+    Returns the tuning report (aotc.schedules.tune.TuneReport)."""
     from aotc.schedules import target_key
     from aotc.schedules import log as tuning_log
     from aotc.schedules.tune import Budget, tune as run_tuner
 
-    _check_measurable(target)
+    measurement = _measurement(target, rpc, key, rpc_timeout)  # fails within seconds
     say = progress or (lambda _msg: None)
     tasks, tvm_target, default_schedule = tuning_tasks(
         model, target, input_shapes=input_shapes, example_inputs=example_inputs,
@@ -90,15 +94,27 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     todo = [t for t in tasks if t.key not in done]
     say(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already in {log}")
     return run_tuner(todo, tvm_target, Budget(trials, time_budget), log, default_schedule,
-                     search=search, seed=seed, checkpoints=checkpoints, say=say)
+                     search=search, seed=seed, checkpoints=checkpoints,
+                     measurement=measurement, say=say)
 
 
-def _check_measurable(target: str) -> None:
+def _measurement(target: str, rpc: str | None, key: str | None, timeout_s: float = 60.0):
+    """Where candidates are timed: this machine (which must be able to), or a device farm."""
     from aotc.errors import TargetError
+    from aotc.schedules import farm, runners
     from aotc.targets import measurable_here, resolve
-    why = measurable_here(resolve(target))
-    if why:
-        raise TargetError(f"cannot tune {target} on this machine: {why}")
+    spec = resolve(target)
+    if rpc is None:
+        why = measurable_here(spec)
+        if why:
+            raise TargetError(f"cannot tune {target} on this machine: {why}")
+        return runners.create()
+    if not key:
+        raise TargetError("--rpc needs --key: the tracker key of the devices to measure on")
+    if spec.toolchain.compiler is not None or spec.runtime_device != "cpu":
+        raise TargetError(f"tuning {target} through a farm is not built yet: candidates are "
+                          "linked by the host cc (x86 CPU targets only)")
+    return runners.create(farm.Farm.parse(rpc, key, session_timeout_s=timeout_s))
 
 
 def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_inputs=None,

@@ -134,8 +134,10 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D1,D2,...",
               help="Fix an input's shape (repeatable).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--rpc", metavar="HOST:PORT", help="Measure on a device farm: its RPC tracker.")
+@click.option("--key", help="With --rpc: the tracker key of the devices to measure on.")
 @_guard
-def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed):
+def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed, rpc, key):
     """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
     those that beat the default rules). Resumes: finished kernels in the log are skipped."""
     from aotc.api import tune
@@ -146,7 +148,7 @@ def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, 
     if trials is None and time_budget is None:
         trials = 64
     report = tune(model, target, trials, log_path, time_budget=time_budget, search=search,
-                  input_shapes=shapes, seed=seed, progress=_progress(start))
+                  input_shapes=shapes, seed=seed, rpc=rpc, key=key, progress=_progress(start))
     for line in report.lines():
         click.echo(line)
     click.echo(f"appended to {log_path}; compile with --tuning-log {log_path}")
@@ -276,6 +278,78 @@ def package_cmd(artifact, output):
     click.echo(f"wrote {bundle.folder} ({bundle.arch}): runtime {bundle.runtime_bytes / 1e6:.1f} MB "
                f"+ model {bundle.model_bytes / 1e6:.1f} MB")
     click.echo(f"run: {bundle.runner} {bundle.model.relative_to(bundle.folder)} --runs 10")
+
+
+@main.group("farm")
+def farm_group():
+    """A device farm: TVM RPC tracker and servers (each stops with its workers)."""
+
+
+@farm_group.command("tracker")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind (a private network only: servers run what they are sent).")
+@click.option("--port", default=9190, show_default=True, type=int)
+@_guard
+def farm_tracker_cmd(host, port):
+    """Run a tracker in the foreground until Ctrl-C / SIGTERM."""
+    from aotc import farm
+    from aotc.schedules.farm import summary
+    tracker = farm.start_tracker(host, port, log=sys.stderr)
+    farm.wait_for(lambda: summary(host, port), 30, f"tracker {host}:{port}", tracker)
+    click.echo(f"tracker on {host}:{port}")
+    sys.exit(farm.run_foreground(tracker))
+
+
+@farm_group.command("server")
+@click.option("--tracker", "tracker", required=True, metavar="HOST:PORT")
+@click.option("--key", required=True, help="What the device is, e.g. x86-avx512 or rk3588.")
+@click.option("--target", "-t", help="The aotc target this device runs (checked to exist).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=9300, show_default=True, type=int,
+              help="First port to try (the next free one of 100 is used).")
+@_guard
+def farm_server_cmd(tracker, key, target, host, port):
+    """Run a server for this machine, registered under KEY, until Ctrl-C / SIGTERM."""
+    from aotc import farm
+    from aotc.schedules.farm import Farm, servers_of
+    if target:
+        from aotc.targets import resolve
+        resolve(target)
+    located = Farm.parse(tracker, key)
+    servers_of_before = _count_or_zero(servers_of, located)
+    server = farm.start_server(tracker, key, host, port, log=sys.stderr)
+    farm.wait_for(lambda: _count_or_zero(servers_of, located) > servers_of_before, 60,
+                  f"server registering as {key!r} at {tracker}", server)
+    click.echo(f"server {key!r} registered at {tracker}")
+    sys.exit(farm.run_foreground(server))
+
+
+def _count_or_zero(servers_of, located) -> int:
+    from aotc.schedules.farm import FarmError
+    try:
+        return servers_of(located)
+    except FarmError as err:
+        if "not reachable" in str(err):
+            raise
+        return 0
+
+
+@farm_group.command("status")
+@click.argument("tracker", metavar="HOST:PORT")
+@_guard
+def farm_status_cmd(tracker):
+    """Servers per key (free / busy / pending requests) of a tracker."""
+    from aotc.schedules.farm import Farm, summary
+    located = Farm.parse(tracker, "")
+    info = summary(located.host, located.port)
+    servers = info.get("server_info", [])
+    click.echo(f"tracker {located.address}: {len(servers)} servers")
+    click.echo(f"{'key':20s} {'servers':>7s} {'free':>5s} {'busy':>5s} {'pending':>7s}")
+    for key, queue in sorted(info.get("queue_info", {}).items()):
+        count = sum(1 for s in servers if s.get("key", "").split(":")[-1] == key)
+        free = queue.get("free", 0)
+        click.echo(f"{key:20s} {count:7d} {free:5d} {max(count - free, 0):5d} "
+                   f"{queue.get('pending', 0):7d}")
 
 
 if __name__ == "__main__":

@@ -7,13 +7,27 @@
 - tune.py: the run (budget in trials or time, rounds, the best against the default rules);
 - log.py, checkpoint.py, warm_state.py: append-only logs, records written as found, what the
   next run starts from; report.py: tables and tuning curves (aotc tune-report);
-- apply.py: the schedule source compile asks first for every kernel.
+- apply.py: the schedule source compile asks first for every kernel;
+- runners.py, farm.py, remote.py: measuring here or on a device farm (TVM RPC tracker and
+  servers), with a deadline on every remote step.
 
-Not built yet: a device-farm runner (the farm issue), a gain-driven task scheduler of our own
-(MetaSchedule's gradient scheduler splits the budget)."""
+Not built yet: a gain-driven task scheduler of our own (MetaSchedule's gradient scheduler
+splits the budget); retrying a failed candidate on another device; farm tuning for
+cross-compiled (ARM) targets.
 
-from .apply import TunedSchedules
-from .keys import target_key, workload_key
-from .tasks import Task, extract_tasks
+The names below are loaded on first use: ``aotc farm status`` imports farm.py alone, without
+TVM (3 s)."""
+
+from importlib import import_module
+
+_LAZY = {"TunedSchedules": ".apply", "target_key": ".keys", "workload_key": ".keys",
+         "Task": ".tasks", "extract_tasks": ".tasks"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Task", "TunedSchedules", "extract_tasks", "target_key", "workload_key"]

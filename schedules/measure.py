@@ -31,15 +31,19 @@ def kernel_seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target, repeat: i
     return float(np.median(timer(*_arguments(func)).results))
 
 
+def kernel_outputs(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> list[np.ndarray]:
+    """Every argument's values after one run on the seeded random inputs (outputs included)."""
+    args = _arguments(func)
+    _build(func, target)["main"](*args)
+    return [a.numpy() for a in args]
+
+
 def same_results(tuned: tvm.tirx.PrimFunc, default: tvm.tirx.PrimFunc,
-                 target: tvm.target.Target, rtol: float = 1e-3) -> bool:
+                 target: tvm.target.Target, rtol: float = 1e-3, run=kernel_outputs) -> bool:
     """Whether both kernels leave the same values in every argument (outputs included),
-    within ``rtol`` of the largest magnitude (a schedule may reorder float sums)."""
-    results = []
-    for func in (tuned, default):
-        args = _arguments(func)
-        _build(func, target)["main"](*args)
-        results.append([a.numpy() for a in args])
+    within ``rtol`` of the largest magnitude (a schedule may reorder float sums). ``run``
+    gives a kernel's argument values (here, or on a farm's device)."""
+    results = [run(func, target) for func in (tuned, default)]
     for got, want in zip(*results):
         scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
         if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=rtol * scale,

@@ -12,9 +12,9 @@ against the default rules' schedule of the same kernel (compiler/lower), the sam
 both times go into the log with the task's tuning curve; compile applies a record only when
 it beat the default, so a log never makes a kernel slower (as measured).
 
-Not here yet (the tuner issue, in progress): decisions of the default rules beyond the
-contraction's register tile, a warm-started cost model, a gain-driven task scheduler beyond
-MetaSchedule's gradient one."""
+Candidates and the reference measurements run on this machine or on a device farm's servers
+(runners.py). Not here yet: decisions of the default rules beyond the contraction's, a
+gain-driven task scheduler beyond MetaSchedule's gradient one."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from tvm.s_tir.schedule import ScheduleError
 
 from . import log as tuning_log
 from .keys import target_key
-from .measure import kernel_seconds, same_results
+from . import runners
 from . import search as search_strategy
 from . import warm_state
 from .builder import PersistentBuilder
@@ -46,7 +46,6 @@ from .tasks import Task
 # MetaSchedule's 30 s default timed every build out here while the machine was busy: each
 # worker process imports TVM (and, through tvm_ffi, torch) before its first build.
 BUILD_TIMEOUT_S = 120.0
-RUN_TIMEOUT_S = 60.0
 
 
 # XGBModel trains after this many measurements (MetaSchedule's default, 100, left budgets of
@@ -108,17 +107,29 @@ class TuneReport:
 def tune(tasks: list[Task], target: tvm.target.Target, budget: Budget, log_path,
          default_schedule: Callable[[tvm.tirx.PrimFunc], tvm.tirx.PrimFunc], *,
          search: str = "evolutionary", seed: int = 0, checkpoints: dict | None = None,
-         say: Callable[[str], None] = lambda _m: None) -> TuneReport:
+         measurement=None, say: Callable[[str], None] = lambda _m: None) -> TuneReport:
     """Spend ``budget`` over ``tasks`` (MetaSchedule's gradient task scheduler splits it by
     weight), then append a record for every task with a valid candidate: its best
     schedule's time and ``default_schedule(func)``'s time. Each new best is checkpointed
     to the log as it is found; ``checkpoints`` (workload key -> Record, from an earlier run
-    that was stopped) are where the search starts."""
+    that was stopped) are where the search starts. ``measurement`` (runners.create) says
+    where candidates and references are timed: this machine by default, or a device farm."""
     start = time.perf_counter()
+    measurement = measurement or runners.LocalMeasurement()
     report = TuneReport(0, 0.0, search)
     if not tasks:
         return report
-    run = _Run.start(tasks, target, log_path, default_schedule, search, checkpoints, say)
+    try:
+        return _tune(tasks, target, budget, log_path, default_schedule, search, seed,
+                     checkpoints, measurement, say, start, report)
+    finally:
+        measurement.close()
+
+
+def _tune(tasks, target, budget, log_path, default_schedule, search, seed, checkpoints,
+          measurement, say, start, report) -> TuneReport:
+    run = _Run.start(tasks, target, log_path, default_schedule, search, checkpoints,
+                     measurement, say)
     with warnings.catch_warnings():
         # XGBModel saves its booster on every retrain; xgboost warns about the format each time
         warnings.filterwarnings("ignore", message=".*UBJSON format.*")
@@ -126,17 +137,15 @@ def tune(tasks: list[Task], target: tvm.target.Target, budget: Budget, log_path,
         warm_state.save(run.cost_model, run.stats.policy, log_path)
     report.trials = run.progress.trials
     report.ranking_accuracy = run.stats.ranking_accuracy
-    records = []
     for task_id, task in enumerate(tasks):
         result, record = _best_against_default(task, target, run.database, default_schedule,
-                                               run.progress, task_id, search)
+                                               run.progress, task_id, search, measurement)
         report.results.append(result)
-        if record is not None:
-            records.append(record)
+        if record is not None:  # each as soon as it is known: a failure later keeps it
+            tuning_log.append(log_path, [record])
         say(f"{task.name}: default {result.default_seconds * 1e3:.4f} ms, tuned "
             + (f"{result.tuned_seconds * 1e3:.4f} ms" if result.tuned_seconds else "none")
             + (" (kept)" if result.kept else ""))
-    tuning_log.append(log_path, records)
     report.seconds = time.perf_counter() - start
     return report
 
@@ -158,7 +167,8 @@ class _Run:
     runner: object
 
     @classmethod
-    def start(cls, tasks, target, log_path, default_schedule, search, checkpoints, say):
+    def start(cls, tasks, target, log_path, default_schedule, search, checkpoints,
+              measurement, say):
         register_cpu_intrinsics()
         cost_model = ms.cost_model.XGBModel(num_warmup_samples=COST_MODEL_WARMUP)
         policy, warm = warm_state.load(cost_model, log_path)
@@ -170,7 +180,8 @@ class _Run:
         resumed = commit_checkpoints(database, tasks, target, checkpoints or {})
         if resumed:
             say(f"resuming {resumed} tasks from checkpoints in {log_path}")
-        defaults = [kernel_seconds(default_schedule(t.func), target) for t in tasks]
+        say(f"measuring on {measurement.describe()}")
+        defaults = [measurement.kernel_seconds(default_schedule(t.func), target) for t in tasks]
         progress = ProgressLine([t.name for t in tasks], [t.weight for t in tasks], say,
                                 defaults)
         callbacks = [RankingProbe(cost_model, stats),
@@ -178,8 +189,7 @@ class _Run:
                      CheckpointWriter(tasks, target, log_path, defaults, search)]
         say(f"tuning {len(tasks)} tasks ({search} search)")
         return cls(tasks, target, database, cost_model, stats, progress, callbacks,
-                   PersistentBuilder(BUILD_TIMEOUT_S),
-                   ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S))
+                   PersistentBuilder(BUILD_TIMEOUT_S), measurement.runner())
 
     def search_round(self, trials: int, strategy, seed: int) -> None:
         contexts = [ms.TuneContext(task_module(t.func), target=self.target,
@@ -233,17 +243,17 @@ def task_module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
 
 
 def _best_against_default(task, target, database, default_schedule, progress, task_id,
-                          search):
+                          search, measurement):
     """The task's fastest candidate that computes what the default schedule computes (up to
     TOP_K tried), timed against the default the same way; and its record."""
     default_func = default_schedule(task.func)
-    default_seconds = kernel_seconds(default_func, target)
+    default_seconds = measurement.kernel_seconds(default_func, target)
     mod = task_module(task.func)
     workload = database.commit_workload(mod)
     best, wrong = None, 0
     for record in database.get_top_k(workload, TOP_K):
         scheduled = _replay(mod, record)
-        if scheduled is not None and same_results(scheduled, default_func, target):
+        if scheduled is not None and measurement.same_results(scheduled, default_func, target):
             best = (record, scheduled)
             break
         wrong += 1
@@ -251,7 +261,7 @@ def _best_against_default(task, target, database, default_schedule, progress, ta
         return TaskResult(task.name, task.weight, default_seconds, None, False,
                           wrong=wrong), None
     curve = progress.curves.get(task_id, [])
-    tuned_seconds = kernel_seconds(best[1], target)
+    tuned_seconds = measurement.kernel_seconds(best[1], target)
     kept = tuned_seconds < tuning_log.APPLY_MARGIN * default_seconds
     result = TaskResult(task.name, task.weight, default_seconds, tuned_seconds, kept, curve,
                         wrong)

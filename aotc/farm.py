@@ -1,0 +1,98 @@
+"""``aotc farm``: TVM's RPC tracker and servers as processes that stop cleanly.
+
+``tvm.exec.rpc_server`` and ``rpc_tracker`` spawn ``popen_worker`` children that outlive a
+SIGTERM to the parent (seen here: three workers left after ``pkill -f tvm.exec.rpc_``). Each
+process here starts in its own session (process group) and is stopped by signalling the whole
+group: SIGTERM, then SIGKILL after a grace period."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from aotc.errors import AotcError
+
+PORT_RANGE = 100   # TVM binds the first free port of [port, port + range)
+STOP_GRACE_S = 5.0
+
+
+class FarmProcessError(AotcError):
+    """A tracker or server did not start."""
+
+
+@dataclass
+class FarmProcess:
+    """A tracker or server in its own process group."""
+    name: str
+    popen: subprocess.Popen
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM to the whole group, SIGKILL to what is left after ``grace_s``."""
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self.signal(signal.SIGKILL)  # workers that ignored SIGTERM, or a frozen group
+        self.popen.wait()
+
+
+def _start(name: str, args: list[str], log=None) -> FarmProcess:
+    popen = subprocess.Popen([sys.executable, "-m", *args], start_new_session=True,
+                             stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    return FarmProcess(name, popen)
+
+
+def start_tracker(host: str = "127.0.0.1", port: int = 9190, log=None) -> FarmProcess:
+    return _start(f"tracker {host}:{port}", ["tvm.exec.rpc_tracker", "--host", host, "--port",
+                                             str(port), "--port-end", str(port + 1)], log)
+
+
+def start_server(tracker: str, key: str, host: str = "127.0.0.1", port: int = 9300,
+                 log=None) -> FarmProcess:
+    return _start(f"server {key}@{tracker}",
+                  ["tvm.exec.rpc_server", "--tracker", tracker, "--key", key, "--host", host,
+                   "--port", str(port), "--port-end", str(port + PORT_RANGE)], log)
+
+
+def wait_for(check, timeout_s: float, what: str, process: FarmProcess | None = None):
+    """Poll ``check()`` until it returns a truthy value (returned) or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and not process.alive:
+            raise FarmProcessError(f"{process.name} exited with code {process.popen.returncode}")
+        try:
+            found = check()
+        except AotcError:
+            found = None
+        if found:
+            return found
+        time.sleep(0.25)
+    raise FarmProcessError(f"{what}: not ready after {timeout_s:.0f} s")
+
+
+def run_foreground(process: FarmProcess) -> int:
+    """Wait for ``process``; Ctrl-C or SIGTERM stops its whole group."""
+    def stop(_signum, _frame):
+        process.stop()
+        raise SystemExit(0)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return process.popen.wait()
+    except KeyboardInterrupt:
+        process.stop()
+        return 0

@@ -1,0 +1,114 @@
+"""Timing and checking one kernel on a farm's device (the reference measurements that
+measure.py makes locally): the kernel is built here, uploaded through a tracker session, timed
+or run there.
+
+Each call runs in a worker process with a deadline (TVM's RPC client blocks forever on a
+frozen server): past it the worker is killed and the call fails with FarmError, never hangs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import tvm
+
+from .farm import Farm, FarmError, servers_of
+
+
+def _arg_specs(func: tvm.tirx.PrimFunc) -> list[tuple[list[int], str]]:
+    return [([int(d) for d in p.ty.shape], str(p.ty.dtype)) for p in func.params]
+
+
+def _export(func: tvm.tirx.PrimFunc, target: tvm.target.Target, folder: str, fcompile) -> str:
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    lib = tvm.compile(mod, target=target)
+    path = os.path.join(folder, "kernel.so")
+    kwargs = {"fcompile": fcompile} if fcompile is not None else {}
+    lib.export_library(path, **kwargs)
+    return path
+
+
+class RemoteReference:
+    """Reference measurements on a farm, in one worker process kept across calls (it imports
+    TVM once: a fresh worker per call cost 3 s each, most of a small model's farm run). A
+    call that misses its deadline kills the worker; the next call starts a new one."""
+
+    def __init__(self, farm: Farm, fcompile=None):
+        self.farm, self.fcompile, self._pool = farm, fcompile, None
+
+    def kernel_seconds(self, func, target, repeat: int = 5, min_repeat_ms: int = 20) -> float:
+        with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
+            path = _export(func, target, tmp, self.fcompile)
+            return self._call(_time_on_device, path, _arg_specs(func), repeat, min_repeat_ms)
+
+    def outputs(self, func, target) -> list[np.ndarray]:
+        with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
+            path = _export(func, target, tmp, self.fcompile)
+            return self._call(_run_on_device, path, _arg_specs(func))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def _call(self, fn, *args):
+        """``fn(host, port, key, timeout, *args)`` in the worker with the session deadline; a
+        device that fails or freezes is left behind and the call retried on another (a frozen
+        server stays busy at the tracker, so the next request goes elsewhere)."""
+        errors = []
+        for _attempt in range(servers_of(self.farm)):  # FarmError in seconds: tracker/key gone
+            try:
+                return self._attempt(fn, *args)
+            except FarmError as err:
+                errors.append(str(err))
+        raise FarmError("; ".join(errors))
+
+    def _attempt(self, fn, *args):
+        from tvm.support.popen_pool import PopenPoolExecutor  # pylint: disable=import-outside-toplevel
+        farm = self.farm
+        if self._pool is None:
+            self._pool = PopenPoolExecutor(max_workers=1, timeout=farm.session_timeout_s)
+        try:
+            return self._pool.submit(fn, farm.host, farm.port, farm.key,
+                                     farm.session_timeout_s, *args).result()
+        except TimeoutError:
+            self.close()
+            raise FarmError(f"a device of key {farm.key!r} did not finish within "
+                            f"{farm.session_timeout_s:.0f} s (frozen or too slow)") from None
+        except (RuntimeError, ConnectionError, OSError) as err:
+            raise FarmError(f"remote measurement on key {farm.key!r} failed: {err}") from None
+
+
+# --- in the worker process ---------------------------------------------------------------
+
+def _session(host, port, key, timeout):
+    from tvm import rpc  # pylint: disable=import-outside-toplevel
+    return rpc.connect_tracker(host, port).request(key, priority=1, session_timeout=timeout)
+
+
+def _remote_args(session, specs, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    device = session.cpu()
+    return [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
+                               else np.zeros(shape, dtype), device) for shape, dtype in specs]
+
+
+def _load(session, path):
+    session.upload(path)
+    return session.load_module(os.path.basename(path))
+
+
+def _time_on_device(host, port, key, timeout, path, specs, repeat, min_repeat_ms) -> float:
+    session = _session(host, port, key, timeout)
+    lib = _load(session, path)
+    timer = lib.time_evaluator("main", session.cpu(), repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return float(np.median(timer(*_remote_args(session, specs)).results))
+
+
+def _run_on_device(host, port, key, timeout, path, specs) -> list[np.ndarray]:
+    session = _session(host, port, key, timeout)
+    lib = _load(session, path)
+    args = _remote_args(session, specs)
+    lib["main"](*args)
+    return [a.numpy() for a in args]

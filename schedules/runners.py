@@ -1,0 +1,75 @@
+"""Where the tuner measures: this machine, or a device farm (farm.py). One object gives both
+MetaSchedule's runner for candidates and the reference measurements (the default schedule's
+time, the results check), so that both sides of every comparison run on the same kind of
+device. ``create(farm)`` picks one; the builder stays local (candidates are compiled here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm.s_tir import meta_schedule as ms
+
+from . import measure, remote
+from .farm import Farm, servers_of
+
+# A candidate's whole measurement; past it the runner's worker is killed and the candidate
+# recorded as failed (a hung kernel, a frozen device).
+RUN_TIMEOUT_S = 60.0
+
+
+@dataclass
+class LocalMeasurement:
+    """Candidates in local worker processes (each with a timeout), references in-process."""
+
+    def runner(self):
+        return ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S)
+
+    def kernel_seconds(self, func, target) -> float:
+        return measure.kernel_seconds(func, target)
+
+    def same_results(self, tuned, default, target) -> bool:
+        return measure.same_results(tuned, default, target)
+
+    def describe(self) -> str:
+        return "this machine"
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FarmMeasurement:
+    """Candidates on the farm's servers of one key, one per server at a time (MetaSchedule's
+    RPCRunner, a worker per candidate killed at the session deadline); references there too."""
+    farm: Farm
+    fcompile: object = None   # the target's linker, for references built here
+
+    def __post_init__(self):
+        self.reference = remote.RemoteReference(self.farm, self.fcompile)
+
+    def runner(self):
+        config = ms.runner.RPCConfig(tracker_host=self.farm.host, tracker_port=self.farm.port,
+                                     tracker_key=self.farm.key, session_priority=1,
+                                     session_timeout_sec=self.farm.session_timeout_s)
+        return ms.runner.RPCRunner(rpc_config=config, max_workers=servers_of(self.farm))
+
+    def kernel_seconds(self, func, target) -> float:
+        return self.reference.kernel_seconds(func, target)
+
+    def same_results(self, tuned, default, target) -> bool:
+        return measure.same_results(tuned, default, target, run=self.reference.outputs)
+
+    def close(self) -> None:
+        self.reference.close()
+
+    def describe(self) -> str:
+        return f"{servers_of(self.farm)} servers of key {self.farm.key!r} at {self.farm.address}"
+
+
+def create(farm: Farm | None = None, fcompile=None):
+    """Local measurement, or the farm's (checked first: FarmError within seconds when the
+    tracker is down or has no server of the key)."""
+    if farm is None:
+        return LocalMeasurement()
+    servers_of(farm)
+    return FarmMeasurement(farm, fcompile)

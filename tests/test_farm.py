@@ -1,0 +1,174 @@
+"""Device farms on loopback, with real TVM RPC trackers and servers (no mocks): status, clear
+errors within seconds, remote tuning applied by compile, a server killed or frozen mid-run,
+and no process left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import aotc
+from aotc import farm as farm_procs
+from aotc.cli import main
+from aotc.schedules import log as tuning_log
+from aotc.schedules.farm import Farm, FarmError, servers_of, summary
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LoopbackFarm:
+    """A tracker and ``servers`` servers of key "x86" on this machine."""
+
+    def __init__(self, servers: int):
+        self.port = free_port()
+        self.tracker = farm_procs.start_tracker(port=self.port)
+        farm_procs.wait_for(lambda: summary("127.0.0.1", self.port), 30, "tracker", self.tracker)
+        self.farm = Farm("127.0.0.1", self.port, "x86")
+        self.servers = [farm_procs.start_server(f"127.0.0.1:{self.port}", "x86",
+                                                port=free_port()) for _ in range(servers)]
+        farm_procs.wait_for(lambda: servers_of(self.farm) == servers, 60, "servers")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def groups(self) -> list[int]:
+        return [p.popen.pid for p in [self.tracker, *self.servers]]
+
+    def stop(self) -> None:
+        for process in [*self.servers, self.tracker]:
+            process.stop()
+
+
+def group_alive(pgid: int, wait_s: float = 5.0) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies waiting for init to reap them
+    do not count), polled for ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = [pid for pid in os.listdir("/proc") if pid.isdigit() and _running_in(pid, pgid)]
+        if not alive or time.monotonic() > deadline:
+            return bool(alive)
+        time.sleep(0.2)
+
+
+def _running_in(pid: str, pgid: int) -> bool:
+    try:
+        fields = open(f"/proc/{pid}/stat", encoding="utf-8").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and int(fields[2]) == pgid
+
+
+@pytest.fixture(scope="module")
+def loopback():
+    farm = LoopbackFarm(servers=2)
+    yield farm
+    groups = farm.groups()
+    farm.stop()
+    assert not any(group_alive(g) for g in groups), "a farm process (or its worker) leaked"
+
+
+def test_status_lists_servers_per_key(loopback):
+    result = CliRunner().invoke(main, ["farm", "status", loopback.address])
+    assert result.exit_code == 0, result.output
+    assert "2 servers" in result.output
+    assert [line.split()[:2] for line in result.output.splitlines() if line.startswith("x86")] \
+        == [["x86", "2"]]
+
+
+def test_tracker_down_or_unknown_key_fail_within_seconds(tiny_onnx, loopback, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(FarmError, match="not reachable"):
+        aotc.tune(tiny_onnx, "x86", 8, tmp_path / "t.jsonl", rpc=f"127.0.0.1:{free_port()}",
+                  key="x86")
+    with pytest.raises(FarmError, match="no server with key 'rk3588'.*keys there: x86"):
+        aotc.tune(tiny_onnx, "x86", 8, tmp_path / "t.jsonl", rpc=loopback.address, key="rk3588")
+    assert time.monotonic() - start < 10
+    status = CliRunner().invoke(main, ["farm", "status", f"127.0.0.1:{free_port()}"])
+    assert status.exit_code == 1 and "not reachable" in status.output
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_remote_tuning_is_applied_by_compile_and_matches(tiny_onnx, loopback, tmp_path):
+    import onnxruntime as ort
+    log = tmp_path / "farm.jsonl"
+    report = aotc.tune(tiny_onnx, "x86", 12, log, rpc=loopback.address, key="x86")
+    assert report.trials >= 12 and report.results
+    records, warnings = tuning_log.read(log)
+    finals = [r for r in records if r.final]
+    assert not warnings and finals and all(r.seconds > 0 for r in finals)
+    meta = aotc.compile(tiny_onnx, output=tmp_path / "m.so", tuning_logs=[log],
+                        shipped_logs=False)
+    kept = [r for r in report.results if r.kept]
+    assert len(meta["tuned_kernels"]) == len(kept)
+    x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want = ort.InferenceSession(str(tiny_onnx)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(aotc.load(tmp_path / "m.so")(x=x)["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def _tune_in_thread(tiny_onnx, farm: LoopbackFarm, log, trials: int, timeout: float):
+    lines, outcome = [], {}
+
+    def work():
+        try:
+            outcome["report"] = aotc.tune(tiny_onnx, "x86", trials, log, rpc=farm.address,
+                                          key="x86", rpc_timeout=timeout, progress=lines.append)
+        except Exception as err:  # pylint: disable=broad-except
+            outcome["error"] = err
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread, lines, outcome
+
+
+def _wait_for_trials(lines, thread, count: int = 2) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and thread.is_alive():
+        if sum(line.startswith("trial ") for line in lines) >= count:
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_run_loses_no_record(tiny_onnx, tmp_path):
+    farm = LoopbackFarm(servers=2)
+    groups = farm.groups()
+    try:
+        thread, lines, outcome = _tune_in_thread(tiny_onnx, farm, tmp_path / "k.jsonl", 16, 20)
+        _wait_for_trials(lines, thread)
+        farm.servers[0].signal(signal.SIGKILL)
+        thread.join(600)
+        assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
+        records, warnings = tuning_log.read(tmp_path / "k.jsonl")
+        assert records and not warnings  # every line written whole
+        assert len(outcome["report"].results) == 6  # every task got its reference measured
+    finally:
+        farm.stop()
+    assert not any(group_alive(g) for g in groups)
+
+
+@pytest.mark.slow
+def test_a_frozen_server_is_left_behind(tiny_onnx, tmp_path):
+    farm = LoopbackFarm(servers=2)
+    groups = farm.groups()
+    try:
+        farm.servers[0].signal(signal.SIGSTOP)  # registered, but answers nothing
+        thread, lines, outcome = _tune_in_thread(tiny_onnx, farm, tmp_path / "f.jsonl", 8, 8)
+        thread.join(600)
+        assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
+        assert len(outcome["report"].results) == 6
+    finally:
+        farm.servers[0].signal(signal.SIGCONT)
+        farm.stop()
+    assert not any(group_alive(g) for g in groups)
