@@ -111,10 +111,11 @@ def _measurement(target: str, rpc: str | None, key: str | None, timeout_s: float
         return runners.create()
     if not key:
         raise TargetError("--rpc needs --key: the tracker key of the devices to measure on")
-    if spec.toolchain.compiler is not None or spec.runtime_device != "cpu":
-        raise TargetError(f"tuning {target} through a farm is not built yet: candidates are "
-                          "linked by the host cc (x86 CPU targets only)")
-    return runners.create(farm.Farm.parse(rpc, key, session_timeout_s=timeout_s))
+    if spec.runtime_device != "cpu":
+        raise TargetError(f"tuning {target} through a farm is not built yet: the tuner times "
+                          "CPU kernels only")
+    return runners.create(farm.Farm.parse(rpc, key, session_timeout_s=timeout_s),
+                          linker=spec.toolchain.compiler)
 
 
 def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_inputs=None,

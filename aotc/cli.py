@@ -307,9 +307,14 @@ def farm_tracker_cmd(host, port):
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=9300, show_default=True, type=int,
               help="First port to try (the next free one of 100 is used).")
+@click.option("--cpp", is_flag=True,
+              help="Serve with aotc's C++ server (libtvm_runtime only) instead of TVM's Python one.")
+@click.option("--arch", help="Serve as a board of this architecture (e.g. aarch64): the C++ "
+                             "server for it, under its emulator when foreign (qemu-aarch64).")
 @_guard
-def farm_server_cmd(tracker, key, target, host, port):
-    """Run a server for this machine, registered under KEY, until Ctrl-C / SIGTERM."""
+def farm_server_cmd(tracker, key, target, host, port, cpp, arch):
+    """Run a server for this machine (or an emulated board), registered under KEY, until
+    Ctrl-C / SIGTERM."""
     from aotc import farm
     from aotc.schedules.farm import Farm, servers_of
     if target:
@@ -317,7 +322,10 @@ def farm_server_cmd(tracker, key, target, host, port):
         resolve(target)
     located = Farm.parse(tracker, key)
     servers_of_before = _count_or_zero(servers_of, located)
-    server = farm.start_server(tracker, key, host, port, log=sys.stderr)
+    if cpp or arch:
+        server = farm.start_cpp_server(tracker, key, arch, host, port, log=sys.stderr)
+    else:
+        server = farm.start_server(tracker, key, host, port, log=sys.stderr)
     farm.wait_for(lambda: _count_or_zero(servers_of, located) > servers_of_before, 60,
                   f"server registering as {key!r} at {tracker}", server)
     click.echo(f"server {key!r} registered at {tracker}")

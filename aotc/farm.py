@@ -69,6 +69,24 @@ def start_server(tracker: str, key: str, host: str = "127.0.0.1", port: int = 93
                    "--port", str(port), "--port-end", str(port + PORT_RANGE)], log)
 
 
+def start_cpp_server(tracker: str, key: str, arch: str | None = None, host: str = "127.0.0.1",
+                     port: int = 9300, log=None) -> FarmProcess:
+    """The C++ server (runtime/cpp/tools/aotc_rpc_server.cc) for ``arch``: a board without
+    Python; a foreign architecture runs here under its emulator (qemu-aarch64)."""
+    from aotc import cpp_runner  # pylint: disable=import-outside-toplevel
+    binary = cpp_runner.build(arch).parent / "aotc-rpc-server"
+    command = [*cpp_runner.launcher(arch or _host_arch()), str(binary), "--tracker", tracker,
+               "--key", key, "--host", host, "--port", str(port)]
+    popen = subprocess.Popen(command, start_new_session=True, stdout=log or subprocess.DEVNULL,
+                             stderr=subprocess.STDOUT)
+    return FarmProcess(f"C++ server {key}@{tracker} ({arch or _host_arch()})", popen)
+
+
+def _host_arch() -> str:
+    import platform  # pylint: disable=import-outside-toplevel
+    return platform.machine()
+
+
 def wait_for(check, timeout_s: float, what: str, process: FarmProcess | None = None):
     """Poll ``check()`` until it returns a truthy value (returned) or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s

@@ -23,7 +23,10 @@ from aotc.errors import AotcError
 # PyPI platform tag of the wheels per architecture (both projects publish manylinux_2_28).
 WHEEL_PLATFORMS = {"x86_64": "manylinux_2_28_x86_64", "aarch64": "manylinux_2_28_aarch64"}
 PACKAGES = ("apache-tvm", "apache-tvm-ffi")
-_MEMBERS = {"tvm_runtime": "tvm/lib/libtvm_runtime.so", "tvm_ffi": "tvm_ffi/lib/libtvm_ffi.so"}
+# libtvm_runtime_extra.so: random fills and other helpers MetaSchedule's RPC runner calls on
+# a farm's device (aotc-rpc-server loads it); models do not need it.
+_MEMBERS = {"tvm_runtime": "tvm/lib/libtvm_runtime.so", "tvm_ffi": "tvm_ffi/lib/libtvm_ffi.so",
+            "tvm_runtime_extra": "tvm/lib/libtvm_runtime_extra.so"}
 
 
 class RuntimeUnavailable(AotcError):
@@ -95,7 +98,7 @@ def _downloaded(arch: str) -> RuntimeLibs:
     versions = "-".join(importlib.metadata.version(p) for p in PACKAGES)
     folder = Path(settings.CACHE_DIR.get()) / "runtime" / f"{arch}-{versions}"
     libs = RuntimeLibs(arch, folder / "libtvm_runtime.so", folder / "libtvm_ffi.so", headers())
-    if not (libs.tvm_runtime.is_file() and libs.tvm_ffi.is_file()):
+    if not all((folder / Path(m).name).is_file() for m in _MEMBERS.values()):
         _download(arch, folder)
     return libs
 

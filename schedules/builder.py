@@ -17,32 +17,40 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 
-def build_and_export(mod, target) -> str:
+def build_and_export(mod, target, shared: bool = False, linker: str | None = None) -> str:
     """One candidate, in a worker: MetaSchedule's default build and tar export, minus the
-    import of all tensor intrinsics (a tensorized candidate is already lowered to them)."""
+    import of all tensor intrinsics (a tensorized candidate is already lowered to them).
+    With ``shared``, a shared library linked here (by ``linker``, else the host cc): a farm's
+    board has no compiler to link a tar with."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.support import cc
     from tvm.support.tar import tar
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     built = tvm.compile(mod, target=target)
-    path = os.path.join(tempfile.mkdtemp(prefix="aotc-candidate-"), "mod." + tar.output_format)
-    built.export_library(path, fcompile=tar)
+    folder = tempfile.mkdtemp(prefix="aotc-candidate-")
+    if not shared:
+        path = os.path.join(folder, "mod." + tar.output_format)
+        built.export_library(path, fcompile=tar)
+        return path
+    path = os.path.join(folder, "mod.so")
+    built.export_library(path, **({"fcompile": cc.cross_compiler(linker)} if linker else {}))
     return path
 
 
 @derived_object
 class PersistentBuilder(PyBuilder):
     def __init__(self, timeout_sec: float, max_workers: int | None = None,
-                 uses_per_worker: int = 200):
+                 uses_per_worker: int = 200, shared: bool = False, linker: str | None = None):
         super().__init__()
-        self.timeout_sec = timeout_sec
+        self.timeout_sec, self.shared, self.linker = timeout_sec, shared, linker
         self.pool = PopenPoolExecutor(max_workers=max_workers or os.cpu_count(),
                                       timeout=timeout_sec,
                                       maximum_process_uses=uses_per_worker)
 
     def build(self, build_inputs) -> list[BuilderResult]:
-        jobs = [(inp.mod, inp.target) for inp in build_inputs]
+        jobs = [(inp.mod, inp.target, self.shared, self.linker) for inp in build_inputs]
         results = []
         for outcome in self.pool.map_with_error_catching(lambda job: build_and_export(*job), jobs):
             if outcome.status == StatusKind.COMPLETE:

@@ -20,12 +20,13 @@ def _arg_specs(func: tvm.tirx.PrimFunc) -> list[tuple[list[int], str]]:
     return [([int(d) for d in p.ty.shape], str(p.ty.dtype)) for p in func.params]
 
 
-def _export(func: tvm.tirx.PrimFunc, target: tvm.target.Target, folder: str, fcompile) -> str:
+def _export(func: tvm.tirx.PrimFunc, target: tvm.target.Target, folder: str,
+            linker: str | None) -> str:
+    from tvm.support import cc  # pylint: disable=import-outside-toplevel
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     lib = tvm.compile(mod, target=target)
     path = os.path.join(folder, "kernel.so")
-    kwargs = {"fcompile": fcompile} if fcompile is not None else {}
-    lib.export_library(path, **kwargs)
+    lib.export_library(path, **({"fcompile": cc.cross_compiler(linker)} if linker else {}))
     return path
 
 
@@ -34,17 +35,17 @@ class RemoteReference:
     TVM once: a fresh worker per call cost 3 s each, most of a small model's farm run). A
     call that misses its deadline kills the worker; the next call starts a new one."""
 
-    def __init__(self, farm: Farm, fcompile=None):
-        self.farm, self.fcompile, self._pool = farm, fcompile, None
+    def __init__(self, farm: Farm, linker: str | None = None):
+        self.farm, self.linker, self._pool = farm, linker, None
 
     def kernel_seconds(self, func, target, repeat: int = 5, min_repeat_ms: int = 20) -> float:
         with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
-            path = _export(func, target, tmp, self.fcompile)
+            path = _export(func, target, tmp, self.linker)
             return self._call(_time_on_device, path, _arg_specs(func), repeat, min_repeat_ms)
 
     def outputs(self, func, target) -> list[np.ndarray]:
         with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
-            path = _export(func, target, tmp, self.fcompile)
+            path = _export(func, target, tmp, self.linker)
             return self._call(_run_on_device, path, _arg_specs(func))
 
     def close(self) -> None:

@@ -24,6 +24,9 @@ class LocalMeasurement:
     def runner(self):
         return ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S)
 
+    def builder_options(self) -> dict:
+        return {}
+
     def kernel_seconds(self, func, target) -> float:
         return measure.kernel_seconds(func, target)
 
@@ -42,10 +45,14 @@ class FarmMeasurement:
     """Candidates on the farm's servers of one key, one per server at a time (MetaSchedule's
     RPCRunner, a worker per candidate killed at the session deadline); references there too."""
     farm: Farm
-    fcompile: object = None   # the target's linker, for references built here
+    linker: str | None = None   # the target's cross linker (None: the host cc)
 
     def __post_init__(self):
-        self.reference = remote.RemoteReference(self.farm, self.fcompile)
+        self.reference = remote.RemoteReference(self.farm, self.linker)
+
+    def builder_options(self) -> dict:
+        """Candidates as shared libraries linked here: a board may have no compiler."""
+        return {"shared": True, "linker": self.linker}
 
     def runner(self):
         config = ms.runner.RPCConfig(tracker_host=self.farm.host, tracker_port=self.farm.port,
@@ -66,10 +73,10 @@ class FarmMeasurement:
         return f"{servers_of(self.farm)} servers of key {self.farm.key!r} at {self.farm.address}"
 
 
-def create(farm: Farm | None = None, fcompile=None):
+def create(farm: Farm | None = None, linker: str | None = None):
     """Local measurement, or the farm's (checked first: FarmError within seconds when the
     tracker is down or has no server of the key)."""
     if farm is None:
         return LocalMeasurement()
     servers_of(farm)
-    return FarmMeasurement(farm, fcompile)
+    return FarmMeasurement(farm, linker)

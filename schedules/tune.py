@@ -189,7 +189,8 @@ class _Run:
                      CheckpointWriter(tasks, target, log_path, defaults, search)]
         say(f"tuning {len(tasks)} tasks ({search} search)")
         return cls(tasks, target, database, cost_model, stats, progress, callbacks,
-                   PersistentBuilder(BUILD_TIMEOUT_S), measurement.runner())
+                   PersistentBuilder(BUILD_TIMEOUT_S, **measurement.builder_options()),
+                   measurement.runner())
 
     def search_round(self, trials: int, strategy, seed: int) -> None:
         contexts = [ms.TuneContext(task_module(t.func), target=self.target,

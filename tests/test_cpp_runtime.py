@@ -114,11 +114,13 @@ int main(int, char** argv) {
     assert np.array_equal(np.load(tmp_path / "y.npy"), want)
 
 
-def check_arm_under_qemu(onnx_path: Path, tmp_path: Path, rtol=1e-4, atol=1e-4, feed=None):
-    """Compile for ARM, bundle, run bin/aotc-run under qemu, compare with onnxruntime on x86."""
+def check_arm_under_qemu(onnx_path: Path, tmp_path: Path, rtol=1e-4, atol=1e-4, feed=None,
+                         **compile_args) -> dict:
+    """Compile for ARM, bundle, run bin/aotc-run under qemu, compare with onnxruntime on x86;
+    returns the compile's metadata."""
     import onnxruntime as ort
     so = tmp_path / f"{onnx_path.stem}_arm.so"
-    meta = aotc.compile(onnx_path, target="arm", output=so)
+    meta = aotc.compile(onnx_path, target="arm", output=so, **compile_args)
     bundle = package(so, tmp_path / f"{onnx_path.stem}_bundle")
     signature = aotc.runtime.signature.ModelSignature.from_json(meta["signature"])
     feed = feed or random_inputs(signature, seed=1)
@@ -131,6 +133,7 @@ def check_arm_under_qemu(onnx_path: Path, tmp_path: Path, rtol=1e-4, atol=1e-4, 
     for name, got, want in zip(names, outputs_of(tmp_path / "out", _safe(names)),
                                session.run(None, feed)):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"output {name}")
+    return meta
 
 
 def _safe(names):

@@ -5,6 +5,7 @@ and no process left behind."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -172,3 +173,35 @@ def test_a_frozen_server_is_left_behind(tiny_onnx, tmp_path):
         farm.servers[0].signal(signal.SIGCONT)
         farm.stop()
     assert not any(group_alive(g) for g in groups)
+
+
+needs_arm = pytest.mark.skipif(
+    shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
+    reason="an emulated ARM board needs g++-aarch64-linux-gnu and qemu-user")
+
+
+@needs_arm
+@pytest.mark.slow
+def test_arm_tuning_through_an_emulated_board(tiny_onnx, tmp_path):
+    """aotc's C++ RPC server, cross-compiled, under qemu-aarch64: candidates cross-linked here,
+    timed there; the log applied by compile for ARM, run under qemu, matches onnxruntime.
+    (Emulated timings say nothing about ARM speed: only the mechanics are checked.)"""
+    from test_cpp_runtime import check_arm_under_qemu
+    port = free_port()
+    tracker = farm_procs.start_tracker(port=port)
+    board = None
+    try:
+        farm_procs.wait_for(lambda: summary("127.0.0.1", port), 30, "tracker", tracker)
+        board = farm_procs.start_cpp_server(f"127.0.0.1:{port}", "rk3588", arch="aarch64",
+                                            port=free_port())
+        farm_procs.wait_for(lambda: servers_of(Farm("127.0.0.1", port, "rk3588")), 60,
+                            "emulated board", board)
+        log = tmp_path / "arm.jsonl"
+        report = aotc.tune(tiny_onnx, "arm", 12, log, rpc=f"127.0.0.1:{port}", key="rk3588")
+        assert report.trials >= 12 and len(report.results) == 6
+        assert sum(r.tuned_seconds is not None for r in report.results) >= 1
+    finally:
+        for process in filter(None, (board, tracker)):
+            process.stop()
+    meta = check_arm_under_qemu(tiny_onnx, tmp_path, tuning_logs=[log], shipped_logs=False)
+    assert len(meta["tuned_kernels"]) == sum(r.kept for r in report.results)
