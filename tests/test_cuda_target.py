@@ -75,8 +75,7 @@ def test_presets_cover_the_common_architectures():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert", "vit", "efficientnet",
-                                  "convnext", "gpt", "unet"])
+@pytest.mark.parametrize("name", ["resnet18", "bert", "efficientnet", "unet"])
 def test_every_example_builds_for_the_gpu(name, example_onnx_dir, tmp_path):
     from aotc.examples.export_onnx import export
     out = tmp_path / f"{name}.so"

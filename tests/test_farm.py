@@ -146,7 +146,7 @@ def test_a_server_killed_mid_run_loses_no_record(tiny_onnx, tmp_path):
     farm = LoopbackFarm(servers=2)
     groups = farm.groups()
     try:
-        thread, lines, outcome = _tune_in_thread(tiny_onnx, farm, tmp_path / "k.jsonl", 16, 20)
+        thread, lines, outcome = _tune_in_thread(tiny_onnx, farm, tmp_path / "k.jsonl", 12, 20)
         _wait_for_trials(lines, thread)
         farm.servers[0].signal(signal.SIGKILL)
         thread.join(600)
