@@ -269,12 +269,14 @@ def targets_cmd():
 @click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
               help="New folder for the bundle.")
+@click.option("--farm-server", is_flag=True,
+              help="Also bin/aotc-rpc-server: the target machine can then serve a tuning farm.")
 @_guard
-def package_cmd(artifact, output):
+def package_cmd(artifact, output, farm_server):
     """Bundle a compiled model with the C++ runner and the TVM runtime for its architecture,
     to run on a machine without Python (bin/aotc-run)."""
     from aotc.package import package
-    bundle = package(artifact, output)
+    bundle = package(artifact, output, farm_server=farm_server)
     click.echo(f"wrote {bundle.folder} ({bundle.arch}): runtime {bundle.runtime_bytes / 1e6:.1f} MB "
                f"+ model {bundle.model_bytes / 1e6:.1f} MB")
     click.echo(f"run: {bundle.runner} {bundle.model.relative_to(bundle.folder)} --runs 10")

@@ -2,8 +2,10 @@
 
     bundle/
       bin/aotc-run            the C++ runner, rpath $ORIGIN/../lib (no environment variables)
+      bin/aotc-rpc-server     with farm_server: makes the machine a device of a tuning farm
       lib/libtvm_runtime.so   TVM's runtime for the model's architecture (the Relax VM)
       lib/libtvm_ffi.so
+      lib/libtvm_runtime_extra.so   with farm_server: what aotc-rpc-server needs beyond it
       lib/libtvm_runtime_cuda.so, libcudart.so.13   for CUDA models (the GPU driver comes
                               from the machine)
       lib/libaotc_model.a     the C++ API (include/aotc/model.h) for applications
@@ -35,7 +37,9 @@ class Bundle:
     model_bytes: int
 
 
-def package(model: str | Path, output: str | Path) -> Bundle:
+def package(model: str | Path, output: str | Path, farm_server: bool = False) -> Bundle:
+    """Write the bundle; with ``farm_server``, also the RPC server that makes the target
+    machine a tuning-farm device (1.4 MB more)."""
     model, out = Path(model), Path(output)
     meta = read_metadata(model)  # refuses a corrupt or foreign file before any work
     arch = meta["target"].get("arch", "x86_64")
@@ -46,22 +50,25 @@ def package(model: str | Path, output: str | Path) -> Bundle:
     for sub in ("bin", "lib", "include", "model"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     shutil.copy2(runner, out / "bin" / "aotc-run")
+    extras = [libs.tvm_runtime_extra] if farm_server else []
+    if farm_server:
+        shutil.copy2(runner.parent / "aotc-rpc-server", out / "bin" / "aotc-rpc-server")
     shutil.copy2(runner.parent / "libaotc_model.a", out / "lib")
     device = meta["target"].get("device", "cpu")
-    for lib in (libs.tvm_runtime, libs.tvm_ffi, *runtime_libs.device_libraries(device)):
+    for lib in (libs.tvm_runtime, libs.tvm_ffi, *extras, *runtime_libs.device_libraries(device)):
         shutil.copy2(lib, out / "lib" / lib.name)
     shutil.copytree(libs.include / "tvm", out / "include" / "tvm")
     shutil.copytree(libs.include / "dlpack", out / "include" / "dlpack")
     shutil.copytree(cpp_runner.SOURCE / "include" / "aotc", out / "include" / "aotc")
     shutil.copy2(model, out / "model" / model.name)
-    (out / "README.md").write_text(_readme(model.name, meta, arch))
+    (out / "README.md").write_text(_readme(model.name, meta, arch, farm_server))
     model_bytes = model.stat().st_size
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return Bundle(out, out / "bin" / "aotc-run", out / "model" / model.name, arch,
                   total - model_bytes, model_bytes)
 
 
-def _readme(name: str, meta: dict, arch: str) -> str:
+def _readme(name: str, meta: dict, arch: str, farm_server: bool) -> str:
     inputs = "\n".join(f"- `{t['name']}`: {t['dtype']}{t['shape']}" for t in meta["signature"]["inputs"])
     first = meta["signature"]["inputs"][0]["name"] if meta["signature"]["inputs"] else "x"
     return f"""# {name} (aotc bundle, {arch}, target {meta['target']['name']})
@@ -86,4 +93,14 @@ Inputs:
         -Wl,--as-needed -ltvm_ffi -lpthread -Wl,-rpath,'$ORIGIN/lib'
 
 (`libtvm_runtime` must stay linked: it registers the virtual machine the model runs on.)
+""" + (_FARM_README if farm_server else "")
+
+
+_FARM_README = """
+## As a device of a tuning farm
+
+    bin/aotc-rpc-server --tracker HOST:PORT --key KEY --host THIS_MACHINES_ADDRESS
+
+registers this machine with an aotc/TVM RPC tracker (see aotc farm). It runs whatever code it
+is sent: keep it on a private network.
 """

@@ -39,6 +39,7 @@ class RuntimeLibs:
     tvm_runtime: Path
     tvm_ffi: Path
     include: Path          # tvm-ffi's headers (the same on every architecture)
+    tvm_runtime_extra: Path  # for aotc-rpc-server (MetaSchedule's argument fills)
 
     @property
     def folders(self) -> list[Path]:
@@ -86,8 +87,10 @@ def for_arch(arch: str | None = None) -> RuntimeLibs:
     """The runtime libraries for ``arch`` (default: this machine's)."""
     arch = arch or platform.machine()
     if arch == platform.machine():
-        return RuntimeLibs(arch, _package_dir("tvm") / "lib" / "libtvm_runtime.so",
-                           _package_dir("tvm_ffi") / "lib" / "libtvm_ffi.so", headers())
+        tvm_lib = _package_dir("tvm") / "lib"
+        return RuntimeLibs(arch, tvm_lib / "libtvm_runtime.so",
+                           _package_dir("tvm_ffi") / "lib" / "libtvm_ffi.so", headers(),
+                           tvm_lib / "libtvm_runtime_extra.so")
     return _downloaded(arch)
 
 
@@ -97,7 +100,8 @@ def _downloaded(arch: str) -> RuntimeLibs:
                                  f"{', '.join(WHEEL_PLATFORMS)}")
     versions = "-".join(importlib.metadata.version(p) for p in PACKAGES)
     folder = Path(settings.CACHE_DIR.get()) / "runtime" / f"{arch}-{versions}"
-    libs = RuntimeLibs(arch, folder / "libtvm_runtime.so", folder / "libtvm_ffi.so", headers())
+    libs = RuntimeLibs(arch, folder / "libtvm_runtime.so", folder / "libtvm_ffi.so", headers(),
+                       folder / "libtvm_runtime_extra.so")
     if not all((folder / Path(m).name).is_file() for m in _MEMBERS.values()):
         _download(arch, folder)
     return libs

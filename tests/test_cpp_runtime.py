@@ -174,3 +174,12 @@ def test_runner_matches_python_on_examples(name, runner, example_onnx_dir, tmp_p
     assert done.returncode == 0, done.stderr
     for got, (out, expect) in zip(outputs_of(tmp_path / "out", _safe(want)), want.items()):
         assert np.array_equal(got, expect), out
+
+
+def test_bundle_with_the_farm_server_runs_it_without_environment(tiny_so, tmp_path):
+    bundle = package(tiny_so, tmp_path / "bundle", farm_server=True)
+    server = bundle.folder / "bin" / "aotc-rpc-server"
+    assert (bundle.folder / "lib" / "libtvm_runtime_extra.so").is_file()
+    done = run_runner([server], env={}, cwd="/")  # loads its libraries, then refuses the args
+    assert done.returncode == 1 and "usage: aotc-rpc-server --tracker" in done.stderr
+    assert not (package(tiny_so, tmp_path / "plain").folder / "bin" / "aotc-rpc-server").exists()
