@@ -205,3 +205,38 @@ def test_arm_tuning_through_an_emulated_board(tiny_onnx, tmp_path):
             process.stop()
     meta = check_arm_under_qemu(tiny_onnx, tmp_path, tuning_logs=[log], shipped_logs=False)
     assert len(meta["tuned_kernels"]) == sum(r.kept for r in report.results)
+
+
+@pytest.mark.slow
+def test_a_candidate_that_hangs_on_the_device_times_out_and_the_next_one_runs():
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.tirx import script as T
+    from aotc.schedules.builder import PersistentBuilder
+    from aotc.schedules.runners import FarmMeasurement
+    from test_tuning_space import TARGET, _matmul
+
+    @T.prim_func
+    def hang(a: T.Buffer((4,), "float32")):
+        T.func_attr({"global_symbol": "main"})
+        while a[0] > T.float32(-1e30):  # random data only grows: never ends
+            a[0] = a[0] + T.float32(1)
+
+    farm = LoopbackFarm(servers=1)
+    measurement = FarmMeasurement(Farm("127.0.0.1", farm.port, "x86", session_timeout_s=8))
+    builder = PersistentBuilder(120, **measurement.builder_options())
+    try:
+        funcs = [hang, _matmul()]
+        built = builder.build([ms.builder.BuilderInput(tvm.IRModule({"main": f}), TARGET)
+                               for f in funcs])
+        assert all(b.error_msg is None and b.artifact_path.endswith(".so") for b in built)
+        futures = measurement.runner().run([
+            ms.runner.RunnerInput(b.artifact_path, "cpu", ms.arg_info.ArgInfo.from_prim_func(f))
+            for b, f in zip(built, funcs)])
+        hung, fine = [future.result() for future in futures]
+        assert "Timeout" in hung.error_msg and fine.error_msg is None and fine.run_secs
+    finally:
+        builder.shutdown()
+        groups = farm.groups()
+        farm.stop()
+    assert not any(group_alive(g) for g in groups)
