@@ -67,7 +67,7 @@ def tune(model, target: str = "x86", trials: int | None = 64,
          log: str | Path = "tuning.jsonl", *, time_budget: float | None = None,
          search: str = "rl", input_shapes: dict[str, tuple[int, ...]] | None = None,
          example_inputs=None, seed: int = 0, options=None, rpc: str | None = None,
-         key: str | None = None, rpc_timeout: float = 60.0,
+         key: str | None = None, rpc_timeout: float = 60.0, measure=None,
          progress: Callable[[str], None] | None = None):
     """Tune the kernels ``aotc.compile`` would produce for ``model`` on ``target`` and append
     what beats the default rules to ``log`` (JSON lines; resumable: kernels the log already
@@ -76,12 +76,14 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     (aotc.schedules.search). With ``rpc`` ("HOST:PORT" of a TVM RPC tracker) and ``key``,
     candidates are timed on the farm's servers of that key instead of this machine; a device
     that does not finish a measurement within ``rpc_timeout`` seconds is left behind.
+    ``measure``: an ``aotc.measure_settings.MeasureSettings`` for candidates and references
+    (default ``measure_settings.TUNE``).
     Returns the tuning report (aotc.schedules.tune.TuneReport)."""
     from aotc.schedules import target_key
     from aotc.schedules import log as tuning_log
     from aotc.schedules.tune import Budget, tune as run_tuner
 
-    measurement = _measurement(target, rpc, key, rpc_timeout)  # fails within seconds
+    measurement = _measurement(target, rpc, key, rpc_timeout, measure)  # fails within seconds
     say = progress or (lambda _msg: None)
     tasks, tvm_target, default_schedule = tuning_tasks(
         model, target, input_shapes=input_shapes, example_inputs=example_inputs,
@@ -98,24 +100,27 @@ def tune(model, target: str = "x86", trials: int | None = 64,
                      measurement=measurement, say=say)
 
 
-def _measurement(target: str, rpc: str | None, key: str | None, timeout_s: float = 60.0):
+def _measurement(target: str, rpc: str | None, key: str | None, timeout_s: float = 60.0,
+                 settings=None):
     """Where candidates are timed: this machine (which must be able to), or a device farm."""
     from aotc.errors import TargetError
+    from aotc.measure_settings import TUNE
     from aotc.schedules import farm, runners
     from aotc.targets import measurable_here, resolve
     spec = resolve(target)
+    settings = settings or TUNE
     if rpc is None:
         why = measurable_here(spec)
         if why:
             raise TargetError(f"cannot tune {target} on this machine: {why}")
-        return runners.create()
+        return runners.create(settings=settings)
     if not key:
         raise TargetError("--rpc needs --key: the tracker key of the devices to measure on")
     if spec.runtime_device != "cpu":
         raise TargetError(f"tuning {target} through a farm is not built yet: the tuner times "
                           "CPU kernels only")
     return runners.create(farm.Farm.parse(rpc, key, session_timeout_s=timeout_s),
-                          linker=spec.toolchain.compiler)
+                          linker=spec.toolchain.compiler, settings=settings)
 
 
 def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_inputs=None,

@@ -3,12 +3,15 @@ same process and run, so the ratio is measured, not remembered."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import resource
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from aotc.measure_settings import BENCH, MeasureSettings
 
 
 @dataclass
@@ -63,14 +66,29 @@ class BenchReport:
         return json.dumps({**asdict(self), "ratio_vs_onnxruntime": self.ratio()}, indent=2)
 
 
-def time_callable(fn, runs: int, warmup: int) -> list[float]:
+# Larger than the last-level cache of the CPUs we target (this VM's: 32 MiB at most).
+_FLUSH_BYTES = 64 << 20
+
+
+def time_callable(fn, settings: MeasureSettings = BENCH, warmup: int = 5) -> list[float]:
+    """``settings.repeat`` samples (seconds per run), as aotc.measure_settings describes: each
+    the mean of ``number`` runs, grown until a sample lasts ``min_repeat_ms``; caches flushed
+    before each sample with ``cache_flush``."""
     for _ in range(warmup):
         fn()
-    samples = []
-    for _ in range(runs):
+    flush = np.zeros(_FLUSH_BYTES // 8) if settings.cache_flush else None
+    number, samples = settings.number, []
+    while len(samples) < settings.repeat:
+        if flush is not None:
+            flush += 1.0  # touches every line: the model's weights and activations leave the caches
         start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed * 1e3 < settings.min_repeat_ms and not samples:
+            number *= 2  # too short to time: more runs per sample (before the first one counts)
+            continue
+        samples.append(elapsed / number)
     return samples
 
 
@@ -84,8 +102,11 @@ def onnxruntime_session(onnx_path: str, threads: int | None = None):
     return ort.InferenceSession(onnx_path, opts, providers=["CPUExecutionProvider"])
 
 
-def run_bench(artifact: str, onnx_path: str | None = None, runs: int = 50,
-              warmup: int = 5) -> BenchReport:
+def run_bench(artifact: str, onnx_path: str | None = None, runs: int | None = None,
+              warmup: int = 5, settings: MeasureSettings = BENCH) -> BenchReport:
+    """``runs``: a shortcut for ``settings.repeat``."""
+    if runs is not None:
+        settings = dataclasses.replace(settings, repeat=runs)
     from aotc.runtime import load
     from aotc.runtime.inputs import random_inputs
 
@@ -93,7 +114,7 @@ def run_bench(artifact: str, onnx_path: str | None = None, runs: int = 50,
 
     model = load(artifact)
     feed = random_inputs(model.signature)
-    samples = time_callable(lambda: model.run(feed), runs, warmup)
+    samples = time_callable(lambda: model.run(feed), settings, warmup)
     report = BenchReport(artifact, num_threads())  # read after the runs: what really ran
     report.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     planned = model.metadata.get("memory", {}).get("planned_bytes")
@@ -102,7 +123,7 @@ def run_bench(artifact: str, onnx_path: str | None = None, runs: int = 50,
     if onnx_path:
         session = onnxruntime_session(onnx_path)
         report.timings.append(Timing.from_samples("onnxruntime", time_callable(
-            lambda: session.run(None, feed), runs, warmup)))
+            lambda: session.run(None, feed), settings, warmup)))
         ours = list(model.run(feed).values())
         theirs = session.run(None, feed)
         report.max_abs_diff = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs))

@@ -14,6 +14,7 @@ import click
 
 from aotc import settings
 from aotc.errors import AotcError
+from aotc.measure_settings import BENCH as BENCH_MEASURE, TUNE as TUNE_MEASURE
 
 
 class _Ctx:
@@ -118,6 +119,31 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
                f"{len(meta['kernels'])} kernels{tuned})")
 
 
+def measure_options(defaults, repeat_names=("--repeat",)):
+    """--number/--repeat/--min-repeat-ms/--cache-flush, shared by tune and bench
+    (aotc.measure_settings); bench also keeps its older name for --repeat, --runs."""
+    def decorate(command):
+        options = [
+            click.option("--number", type=click.IntRange(1), default=defaults.number,
+                         show_default=True, help="Runs averaged into one measurement."),
+            click.option(*repeat_names, "repeat",
+                         type=click.IntRange(1), default=defaults.repeat, show_default=True,
+                         help="Measurements."),
+            click.option("--min-repeat-ms", type=click.IntRange(0), default=defaults.min_repeat_ms,
+                         show_default=True, help="Grow --number until one measurement lasts this long."),
+            click.option("--cache-flush", is_flag=True, help="Flush CPU caches before each measurement."),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return decorate
+
+
+def _measure_settings(number, repeat, min_repeat_ms, cache_flush):
+    from aotc.measure_settings import MeasureSettings
+    return MeasureSettings(number, repeat, min_repeat_ms, cache_flush)
+
+
 @main.command("tune")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--target", "-t", default="x86", show_default=True, help="See `aotc targets`.")
@@ -136,8 +162,10 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--rpc", metavar="HOST:PORT", help="Measure on a device farm: its RPC tracker.")
 @click.option("--key", help="With --rpc: the tracker key of the devices to measure on.")
+@measure_options(TUNE_MEASURE)
 @_guard
-def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed, rpc, key):
+def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed, rpc, key,
+             number, repeat, min_repeat_ms, cache_flush):
     """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
     those that beat the default rules). Resumes: finished kernels in the log are skipped."""
     from aotc.api import tune
@@ -148,7 +176,8 @@ def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, 
     if trials is None and time_budget is None:
         trials = 64
     report = tune(model, target, trials, log_path, time_budget=time_budget, search=search,
-                  input_shapes=shapes, seed=seed, rpc=rpc, key=key, progress=_progress(start))
+                  input_shapes=shapes, seed=seed, rpc=rpc, key=key, progress=_progress(start),
+                  measure=_measure_settings(number, repeat, min_repeat_ms, cache_flush))
     for line in report.lines():
         click.echo(line)
     click.echo(f"appended to {log_path}; compile with --tuning-log {log_path}")
@@ -211,14 +240,17 @@ def _safe(name: str) -> str:
 @click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
 @click.option("--compare-onnx", type=click.Path(exists=True, dir_okay=False),
               help="Also time this ONNX model in onnxruntime on the same inputs.")
-@click.option("--runs", default=50, show_default=True, type=click.IntRange(1))
+@measure_options(BENCH_MEASURE, repeat_names=("--repeat", "--runs"))
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0))
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write results as JSON.")
 @_guard
-def bench_cmd(artifact, compare_onnx, runs, warmup, json_out):
-    """Latency percentiles and throughput, optionally against onnxruntime."""
+def bench_cmd(artifact, compare_onnx, number, repeat, min_repeat_ms, cache_flush, warmup,
+              json_out):
+    """Latency percentiles and throughput, optionally against onnxruntime (measured as
+    aotc tune measures: see --number, --repeat, --min-repeat-ms, --cache-flush)."""
     from aotc.bench import run_bench
-    report = run_bench(artifact, compare_onnx, runs=runs, warmup=warmup)
+    report = run_bench(artifact, compare_onnx, warmup=warmup,
+                       settings=_measure_settings(number, repeat, min_repeat_ms, cache_flush))
     click.echo(report.table())
     if json_out:
         Path(json_out).write_text(report.to_json())

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import tvm
 
+from aotc.measure_settings import TUNE, MeasureSettings
+
 
 def measured_seconds(*results) -> float | None:
     """Mean run time of a measured candidate, from its builder and runner results (or a
@@ -24,11 +26,18 @@ def measured_seconds(*results) -> float | None:
     return sum(float(s) for s in run_secs) / len(run_secs)
 
 
-def kernel_seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target, repeat: int = 5,
-                   min_repeat_ms: int = 20) -> float:
+def kernel_seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target,
+                   settings: MeasureSettings = TUNE) -> float:
     lib = _build(func, target)
-    timer = lib.time_evaluator("main", tvm.cpu(), repeat=repeat, min_repeat_ms=min_repeat_ms)
+    timer = lib.time_evaluator("main", tvm.cpu(), **evaluator_arguments(settings))
     return float(np.median(timer(*_arguments(func)).results))
+
+
+def evaluator_arguments(settings: MeasureSettings) -> dict:
+    """time_evaluator's keyword arguments for ``settings`` (here and on a farm's device)."""
+    return {"number": settings.number, "repeat": settings.repeat,
+            "min_repeat_ms": settings.min_repeat_ms,
+            "f_preproc": "cache_flush_cpu_non_first_arg" if settings.cache_flush else ""}
 
 
 def kernel_outputs(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> list[np.ndarray]:

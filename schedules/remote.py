@@ -13,7 +13,10 @@ import tempfile
 import numpy as np
 import tvm
 
+from aotc.measure_settings import TUNE, MeasureSettings
+
 from .farm import Farm, FarmError, servers_of
+from .measure import evaluator_arguments
 
 
 def _arg_specs(func: tvm.tirx.PrimFunc) -> list[tuple[list[int], str]]:
@@ -35,13 +38,14 @@ class RemoteReference:
     TVM once: a fresh worker per call cost 3 s each, most of a small model's farm run). A
     call that misses its deadline kills the worker; the next call starts a new one."""
 
-    def __init__(self, farm: Farm, linker: str | None = None):
-        self.farm, self.linker, self._pool = farm, linker, None
+    def __init__(self, farm: Farm, linker: str | None = None, settings: MeasureSettings = TUNE):
+        self.farm, self.linker, self.settings, self._pool = farm, linker, settings, None
 
-    def kernel_seconds(self, func, target, repeat: int = 5, min_repeat_ms: int = 20) -> float:
+    def kernel_seconds(self, func, target) -> float:
         with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
             path = _export(func, target, tmp, self.linker)
-            return self._call(_time_on_device, path, _arg_specs(func), repeat, min_repeat_ms)
+            return self._call(_time_on_device, path, _arg_specs(func),
+                              evaluator_arguments(self.settings))
 
     def outputs(self, func, target) -> list[np.ndarray]:
         with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
@@ -100,10 +104,10 @@ def _load(session, path):
     return session.load_module(os.path.basename(path))
 
 
-def _time_on_device(host, port, key, timeout, path, specs, repeat, min_repeat_ms) -> float:
+def _time_on_device(host, port, key, timeout, path, specs, evaluator: dict) -> float:
     session = _session(host, port, key, timeout)
     lib = _load(session, path)
-    timer = lib.time_evaluator("main", session.cpu(), repeat=repeat, min_repeat_ms=min_repeat_ms)
+    timer = lib.time_evaluator("main", session.cpu(), **evaluator)
     return float(np.median(timer(*_remote_args(session, specs)).results))
 
 

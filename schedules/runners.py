@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from tvm.s_tir import meta_schedule as ms
 
+from aotc.measure_settings import TUNE, MeasureSettings
+
 from . import measure, remote
 from .farm import Farm, servers_of
 
@@ -17,18 +19,26 @@ from .farm import Farm, servers_of
 RUN_TIMEOUT_S = 60.0
 
 
+def evaluator_config(settings: MeasureSettings) -> ms.runner.EvaluatorConfig:
+    return ms.runner.EvaluatorConfig(number=settings.number, repeat=settings.repeat,
+                                     min_repeat_ms=settings.min_repeat_ms,
+                                     enable_cpu_cache_flush=settings.cache_flush)
+
+
 @dataclass
 class LocalMeasurement:
     """Candidates in local worker processes (each with a timeout), references in-process."""
+    settings: MeasureSettings = TUNE
 
     def runner(self):
-        return ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S)
+        return ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S,
+                                     evaluator_config=evaluator_config(self.settings))
 
     def builder_options(self) -> dict:
         return {}
 
     def kernel_seconds(self, func, target) -> float:
-        return measure.kernel_seconds(func, target)
+        return measure.kernel_seconds(func, target, self.settings)
 
     def same_results(self, tuned, default, target) -> bool:
         return measure.same_results(tuned, default, target)
@@ -46,9 +56,10 @@ class FarmMeasurement:
     RPCRunner, a worker per candidate killed at the session deadline); references there too."""
     farm: Farm
     linker: str | None = None   # the target's cross linker (None: the host cc)
+    settings: MeasureSettings = TUNE
 
     def __post_init__(self):
-        self.reference = remote.RemoteReference(self.farm, self.linker)
+        self.reference = remote.RemoteReference(self.farm, self.linker, self.settings)
 
     def builder_options(self) -> dict:
         """Candidates as shared libraries linked here: a board may have no compiler."""
@@ -58,7 +69,8 @@ class FarmMeasurement:
         config = ms.runner.RPCConfig(tracker_host=self.farm.host, tracker_port=self.farm.port,
                                      tracker_key=self.farm.key, session_priority=1,
                                      session_timeout_sec=self.farm.session_timeout_s)
-        return ms.runner.RPCRunner(rpc_config=config, max_workers=servers_of(self.farm))
+        return ms.runner.RPCRunner(rpc_config=config, max_workers=servers_of(self.farm),
+                                   evaluator_config=evaluator_config(self.settings))
 
     def kernel_seconds(self, func, target) -> float:
         return self.reference.kernel_seconds(func, target)
@@ -73,10 +85,11 @@ class FarmMeasurement:
         return f"{servers_of(self.farm)} servers of key {self.farm.key!r} at {self.farm.address}"
 
 
-def create(farm: Farm | None = None, linker: str | None = None):
+def create(farm: Farm | None = None, linker: str | None = None,
+           settings: MeasureSettings = TUNE):
     """Local measurement, or the farm's (checked first: FarmError within seconds when the
-    tracker is down or has no server of the key)."""
+    tracker is down or has no server of the key), both as ``settings`` say."""
     if farm is None:
-        return LocalMeasurement()
+        return LocalMeasurement(settings)
     servers_of(farm)
-    return FarmMeasurement(farm, linker)
+    return FarmMeasurement(farm, linker, settings)
