@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 from aotc.measure_settings import TUNE, MeasureSettings
 
@@ -17,6 +19,46 @@ from .farm import Farm, servers_of
 # A candidate's whole measurement; past it the runner's worker is killed and the candidate
 # recorded as failed (a hung kernel, a frozen device).
 RUN_TIMEOUT_S = 60.0
+
+
+# A candidate whose measurement failed this way is run once more, on whichever device the
+# tracker gives next: a device killed or frozen mid-measurement says nothing about the
+# candidate. (A kernel that hangs every device costs a second deadline.)
+_DEVICE_FAILURES = ("Timeout", "RPCSessionTimeoutError", "onnection", "kShutdown", "Socket",
+                    "socket", "Broken pipe")
+
+
+@derived_object
+class RetryingRunner(PyRunner):
+    """Wraps a runner: a candidate that failed for a device's reason is retried once."""
+
+    def __init__(self, inner, retries: int = 1):
+        super().__init__()
+        self.inner, self.retries = inner, retries
+
+    def run(self, runner_inputs):
+        futures = self.inner.run(runner_inputs)
+        return [RetryingFuture(self.inner, one, future, self.retries)
+                for one, future in zip(runner_inputs, futures)]
+
+
+@derived_object
+class RetryingFuture(PyRunnerFuture):
+    def __init__(self, inner, runner_input, future, retries: int):
+        super().__init__()
+        self.inner, self.runner_input, self.future, self.retries = inner, runner_input, future, retries
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self):
+        result = self.future.result()
+        while self.retries > 0 and result.error_msg and any(
+                mark in result.error_msg for mark in _DEVICE_FAILURES):
+            self.retries -= 1
+            self.future = self.inner.run([self.runner_input])[0]
+            result = self.future.result()
+        return result
 
 
 def evaluator_config(settings: MeasureSettings) -> ms.runner.EvaluatorConfig:
@@ -53,7 +95,8 @@ class LocalMeasurement:
 @dataclass
 class FarmMeasurement:
     """Candidates on the farm's servers of one key, one per server at a time (MetaSchedule's
-    RPCRunner, a worker per candidate killed at the session deadline); references there too."""
+    RPCRunner, a worker per candidate killed at the session deadline; a candidate that failed
+    for a device's reason is retried once); references there too."""
     farm: Farm
     linker: str | None = None   # the target's cross linker (None: the host cc)
     settings: MeasureSettings = TUNE
@@ -69,8 +112,9 @@ class FarmMeasurement:
         config = ms.runner.RPCConfig(tracker_host=self.farm.host, tracker_port=self.farm.port,
                                      tracker_key=self.farm.key, session_priority=1,
                                      session_timeout_sec=self.farm.session_timeout_s)
-        return ms.runner.RPCRunner(rpc_config=config, max_workers=servers_of(self.farm),
-                                   evaluator_config=evaluator_config(self.settings))
+        return RetryingRunner(ms.runner.RPCRunner(
+            rpc_config=config, max_workers=servers_of(self.farm),
+            evaluator_config=evaluator_config(self.settings)))
 
     def kernel_seconds(self, func, target) -> float:
         return self.reference.kernel_seconds(func, target)
