@@ -114,6 +114,10 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
     if explain:
         click.echo(meta["explain"]["table"])
     tuned = f", {len(meta['tuned_kernels'])} from tuning logs" if meta["tuned_kernels"] else ""
+    share = meta.get("tuning", {})
+    if tuned and share.get("tuned_share") is not None:
+        tuned += (f" ({share['tuned_share']:.0%} of the run time the logs measured, which covers "
+                  f"{share['kernels_estimated']} of {share['kernels']} kernels)")
     click.echo(f"wrote {output} ({Path(output).stat().st_size / 1e6:.1f} MB, target "
                f"{meta['target']['name']}, {meta['compile_seconds']} s, "
                f"{len(meta['kernels'])} kernels{tuned})")

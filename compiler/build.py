@@ -26,7 +26,7 @@ from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
 from .memory_report import memory_report
-from .lower import tuned_functions, unscheduled_functions
+from .lower import tuned_functions, tuning_share, unscheduled_functions
 from .pipeline import in_phase, run_phases
 
 Progress = Callable[[str], None]
@@ -108,6 +108,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         "kernels": kernel_table(mod),
         "built_unix_time": int(time.time()),
     }
+    metadata["tuning"] = tuning_share(mod, metadata["kernels"])
     say("phase export")
     export_start = time.perf_counter()
     in_phase("export", lambda: _export(executable, Path(output), metadata, _fcompile(spec)))

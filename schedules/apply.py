@@ -23,6 +23,18 @@ LOG = logging.getLogger("aotc.tuning")
 class TunedSchedules:
     def __init__(self, paths, target: tvm.target.Target):
         self.records = best_records(paths, target_key(target))
+        # every final record, kept or not: both times were measured, so the log knows how
+        # long the kernel runs whichever schedule compile picks
+        self.timings = best_records(paths, target_key(target), beating_default=False)
+
+    def estimated_seconds(self, func: tvm.tirx.PrimFunc) -> float | None:
+        """What the log measured for the schedule compile will use: the tuned time where a
+        record applies, else the default rules' time; None when the log never saw the kernel."""
+        key = workload_key(func)
+        if key in self.records:
+            return self.records[key].seconds
+        record = self.timings.get(key)
+        return record.default_seconds if record is not None else None
 
     def schedule_for(self, func: tvm.tirx.PrimFunc, target: tvm.target.Target):
         record = self.records.get(workload_key(func))

@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import pytest
+
 import aotc
 from aotc.schedules import log as tuning_log
 from helpers import check_against_onnxruntime
@@ -50,6 +52,11 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
                                             tuning_logs=[log])
     beat_default = record.beats_default
     assert compiled.metadata["tuned_kernels"] == (["fused_matmul_relu"] if beat_default else [])
+    share = compiled.metadata["tuning"]  # the log timed the kernel either way
+    assert share["kernels_estimated"] == share["kernels"] == 1
+    assert share["estimated_seconds"] == pytest.approx(
+        record.seconds if beat_default else record.default_seconds)
+    assert share["tuned_share"] == (1.0 if beat_default else 0.0)
 
     # the same schedule on a machine where it beat the default: replayed, still right
     forced = tmp_path / "forced.jsonl"
@@ -58,6 +65,7 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
     compiled, _ = check_against_onnxruntime(model, tmp_path / "forced", rtol=1e-5, atol=1e-5,
                                             tuning_logs=[forced])
     assert compiled.metadata["tuned_kernels"] == ["fused_matmul_relu"]
+    assert compiled.metadata["tuning"]["tuned_share"] == 1.0
 
 
 def test_a_missing_log_is_named(tmp_path):

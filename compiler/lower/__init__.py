@@ -48,16 +48,25 @@ class ApplyRulesSafely:
                 func = with_flops(func)
                 scheduled = self._tuned(func, target)
                 if scheduled is not None:
-                    updates[gv] = scheduled.with_attr("tirx.is_scheduled", True).with_attr(
+                    scheduled = scheduled.with_attr("tirx.is_scheduled", True).with_attr(
                         "aotc.tuned", True)
-                    continue
-                scheduled = self._first_rule_that_works(func, target)
-                updates[gv] = func if scheduled is None else scheduled.with_attr(
-                    "tirx.is_scheduled", True)
+                else:
+                    scheduled = self._first_rule_that_works(func, target)
+                    scheduled = func if scheduled is None else scheduled.with_attr(
+                        "tirx.is_scheduled", True)
+                # after the lookup: the workload key hashes the function, attributes included
+                updates[gv] = self._with_estimate(func, scheduled)
         mod = mod.clone()  # the caller's module must not change (passes get it itself)
         for gv, func in updates.items():
             mod[gv] = func
         return mod
+
+    def _with_estimate(self, func, scheduled):
+        """``scheduled`` with the run time the tuning logs measured for ``func``
+        (ESTIMATE_ATTR), if they did."""
+        estimate = getattr(self.tuned, "estimated_seconds", None)
+        seconds = estimate(func) if estimate is not None else None
+        return scheduled if seconds is None else scheduled.with_attr(ESTIMATE_ATTR, float(seconds))
 
     def _tuned(self, func, target):
         if self.tuned is None:
@@ -87,6 +96,32 @@ class ApplyRulesSafely:
             if sch is not None:
                 return (sch[0] if isinstance(sch, list) else sch).mod["main"]
         return None
+
+
+ESTIMATE_ATTR = "aotc.estimated_seconds"
+
+
+def tuning_share(mod: tvm.IRModule, kernels: list[dict]) -> dict:
+    """Share of the estimated run time spent in tuned kernels: each kernel's time as the tuning
+    logs measured it (ESTIMATE_ATTR) times its calls (``kernels``: kernel_table). Kernels the
+    logs never saw have no estimate and are counted apart."""
+    calls = {k["name"]: k["calls"] for k in kernels}
+    tuned, total, estimated, counted = 0.0, 0.0, 0, 0
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None:
+            continue
+        symbol = str(func.attrs.get("global_symbol") or gv.name_hint)
+        if symbol not in calls:
+            continue
+        counted += 1
+        if ESTIMATE_ATTR not in func.attrs:
+            continue
+        seconds = float(func.attrs[ESTIMATE_ATTR]) * calls[symbol]
+        estimated += 1
+        total += seconds
+        tuned += seconds if func.attrs.get("aotc.tuned") else 0.0
+    return {"kernels": counted, "kernels_estimated": estimated,
+            "estimated_seconds": total, "tuned_share": tuned / total if total else None}
 
 
 def tuned_functions(mod: tvm.IRModule) -> list[str]:
