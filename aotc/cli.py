@@ -371,12 +371,13 @@ def farm_server_cmd(tracker, key, target, host, port, cpp, arch):
 
 
 def _count_or_zero(servers_of, located) -> int:
-    from aotc.schedules.farm import FarmError
+    """Servers of the key; 0 when there are none yet (a tracker that is down still raises)."""
+    from aotc.schedules.farm import FarmError, TrackerUnreachable
     try:
         return servers_of(located)
-    except FarmError as err:
-        if "not reachable" in str(err):
-            raise
+    except TrackerUnreachable:
+        raise
+    except FarmError:
         return 0
 
 

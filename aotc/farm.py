@@ -8,6 +8,7 @@ group: SIGTERM, then SIGKILL after a grace period."""
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -74,17 +75,13 @@ def start_cpp_server(tracker: str, key: str, arch: str | None = None, host: str 
     """The C++ server (runtime/cpp/tools/aotc_rpc_server.cc) for ``arch``: a board without
     Python; a foreign architecture runs here under its emulator (qemu-aarch64)."""
     from aotc import cpp_runner  # pylint: disable=import-outside-toplevel
+    arch = arch or platform.machine()
     binary = cpp_runner.build(arch).parent / "aotc-rpc-server"
-    command = [*cpp_runner.launcher(arch or _host_arch()), str(binary), "--tracker", tracker,
+    command = [*cpp_runner.launcher(arch), str(binary), "--tracker", tracker,
                "--key", key, "--host", host, "--port", str(port)]
     popen = subprocess.Popen(command, start_new_session=True, stdout=log or subprocess.DEVNULL,
                              stderr=subprocess.STDOUT)
-    return FarmProcess(f"C++ server {key}@{tracker} ({arch or _host_arch()})", popen)
-
-
-def _host_arch() -> str:
-    import platform  # pylint: disable=import-outside-toplevel
-    return platform.machine()
+    return FarmProcess(f"C++ server {key}@{tracker} ({arch})", popen)
 
 
 def wait_for(check, timeout_s: float, what: str, process: FarmProcess | None = None):

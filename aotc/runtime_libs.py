@@ -9,7 +9,6 @@ extracted (the aarch64 apache-tvm wheel is 95 MB, 240 MB of it the compiler)."""
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import platform
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from aotc import settings
 from aotc.errors import AotcError
+from aotc.runtime._tvm_runtime import package_dir
 
 # PyPI platform tag of the wheels per architecture (both projects publish manylinux_2_28).
 WHEEL_PLATFORMS = {"x86_64": "manylinux_2_28_x86_64", "aarch64": "manylinux_2_28_aarch64"}
@@ -73,10 +73,10 @@ def _system_library(name: str) -> Path | None:
 
 
 def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeUnavailable(f"{name} is not installed")
-    return Path(list(spec.submodule_search_locations)[0])
+    try:
+        return package_dir(name)
+    except ImportError as err:
+        raise RuntimeUnavailable(str(err)) from None
 
 
 def headers() -> Path:

@@ -2,12 +2,12 @@
 # The GPU check, on a machine with an NVIDIA GPU, over a folder that bench/gpu_prepare.py made:
 # runs each model through the bundled C++ runner (no Python, no TVM install), compares every
 # output with onnxruntime's CPU output on the same inputs, and times it next to onnxruntime's
-# CPU latency measured when preparing. Prints a table; writes gpu_check.json to $OUT (or .).
+# CPU latency measured when preparing. Prints a table; writes gpu_check.json to $OUT (or DIR).
 #   bash bench/gpu_check.sh gpu_check [runs]
 set -uo pipefail
 DIR=${1:-gpu_check}
 RUNS=${2:-50}
-RESULTS=${OUT:-.}/gpu_check.json
+RESULTS=${OUT:-$DIR}/gpu_check.json
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 - "$DIR" "$RUNS" "$RESULTS" <<'PY'
 import json, re, subprocess, sys

@@ -37,29 +37,23 @@ def versions() -> dict:
             for pkg in ("aotc", "apache-tvm", "apache-tvm-ffi")}
 
 
-def _cpu_finalize(target: tvm.target.Target) -> list:
-    return cpu_pipeline.dataflow_lower_passes(target) + cpu_pipeline.finalize_passes(target)
-
-
-def _cuda_finalize(target: tvm.target.Target) -> list:
-    return cuda_pipeline.dataflow_lower_passes(target) + cuda_pipeline.finalize_passes(target)
-
-
 def _prepare_cuda(spec: TargetSpec) -> None:
     # PTX too (the generic preset): the driver compiles it for GPUs newer than the arch
     cuda_codegen.prepare(spec.tvm_target["arch"], with_ptx="ptx" in spec.features)
 
 
-# TargetSpec.backend -> (TVM's post-scheduling Relax passes, what codegen needs first). Only
-# those passes: TVM's default pipelines would legalize and fuse again, which we have done.
-FINALIZE = {"cpu": (_cpu_finalize, lambda spec: None),
-            "cuda": (_cuda_finalize, _prepare_cuda)}
+# TargetSpec.backend -> (TVM's backend pipeline module, what codegen needs first). Only its
+# post-scheduling passes run: its default pipeline would legalize and fuse again, which we
+# have done.
+FINALIZE = {"cpu": (cpu_pipeline, lambda spec: None),
+            "cuda": (cuda_pipeline, _prepare_cuda)}
 
 
 def _finalize_pipeline(spec: TargetSpec, target: tvm.target.Target) -> tvm.transform.Pass:
-    passes, prepare = FINALIZE[spec.backend]
+    pipeline, prepare = FINALIZE[spec.backend]
     prepare(spec)
-    return tvm.transform.Sequential(passes(target))
+    return tvm.transform.Sequential(pipeline.dataflow_lower_passes(target)
+                                    + pipeline.finalize_passes(target))
 
 
 def check_toolchain(spec: TargetSpec) -> None:

@@ -23,6 +23,7 @@ import tvm_ffi
 
 from aotc import settings
 from aotc.errors import CompileError
+from aotc.runtime._tvm_runtime import runtime_library
 
 # What libtvm_runtime_cuda.so (0.27.0.post1) imports from the driver (nm -D -u).
 _DRIVER_FUNCTIONS = ("cuDeviceGetName", "cuFuncSetAttribute", "cuLaunchKernelEx",
@@ -71,8 +72,7 @@ def _load_cuda_runtime() -> None:
         ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)  # a real driver, when present
     except OSError:
         ctypes.CDLL(str(_stub_driver()), mode=ctypes.RTLD_GLOBAL)
-    import tvm  # pylint: disable=import-outside-toplevel
-    runtime = Path(tvm.__file__).parent / "lib" / "libtvm_runtime_cuda.so"
+    runtime = runtime_library().parent / "libtvm_runtime_cuda.so"
     try:
         ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
     except OSError as err:

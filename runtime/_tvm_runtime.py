@@ -14,11 +14,16 @@ from pathlib import Path
 _STATE = {}
 
 
-def runtime_library() -> Path:
-    spec = importlib.util.find_spec("tvm")  # finds the package without executing it
+def package_dir(name: str) -> Path:
+    """The folder of an installed package (tvm, tvm_ffi), found without executing it."""
+    spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("apache-tvm is not installed: it provides libtvm_runtime.so")
-    lib = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libtvm_runtime.so"
+        raise ImportError(f"{name} is not installed (its wheel provides the TVM runtime libraries)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def runtime_library() -> Path:
+    lib = package_dir("tvm") / "lib" / "libtvm_runtime.so"
     if not lib.is_file():
         raise ImportError(f"libtvm_runtime.so not found at {lib}")
     return lib

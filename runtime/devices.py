@@ -44,20 +44,23 @@ class VmDevice:
 
     def upload(self, tensor):
         """A copy of a host tensor on this device."""
-        ffi = tvm_ffi()
-        alloc = ffi.get_global_func("runtime.TVMTensorAllocWithScope")
-        out = alloc(ffi.Shape(list(tensor.shape)), tensor.dtype, ffi.device(self.name, 0), None)
-        ffi.get_global_func("runtime.TVMTensorCopyFromTo")(tensor, out)
-        return out
+        return _copy(tensor, self.name)
 
     def download(self, tensor):
         """A host copy of a tensor on this device, after the device finished writing it."""
+        out = _copy(tensor, "cpu")
         ffi = tvm_ffi()
-        alloc = ffi.get_global_func("runtime.TVMTensorAllocWithScope")
-        out = alloc(ffi.Shape(list(tensor.shape)), tensor.dtype, ffi.device("cpu", 0), None)
-        ffi.get_global_func("runtime.TVMTensorCopyFromTo")(tensor, out)
         ffi.get_global_func("runtime.Device_StreamSync")(ffi.device(self.name, 0), None)
         return out
+
+
+def _copy(tensor, device: str):
+    """A new tensor like ``tensor`` on ``device`` (first of its kind), holding its values."""
+    ffi = tvm_ffi()
+    alloc = ffi.get_global_func("runtime.TVMTensorAllocWithScope")
+    out = alloc(ffi.Shape(list(tensor.shape)), tensor.dtype, ffi.device(device, 0), None)
+    ffi.get_global_func("runtime.TVMTensorCopyFromTo")(tensor, out)
+    return out
 
 
 DEVICES = {"cpu": VmDevice("cpu", _CPU), "cuda": VmDevice("cuda", 2, "libtvm_runtime_cuda.so")}

@@ -22,6 +22,10 @@ class FarmError(AotcError):
     """The farm cannot serve: tracker down or frozen, or no server of the key."""
 
 
+class TrackerUnreachable(FarmError):
+    """The tracker does not answer (down, frozen, or not a tracker)."""
+
+
 @dataclass(frozen=True)
 class Farm:
     host: str
@@ -50,11 +54,11 @@ def summary(host: str, port: int, timeout_s: float = 3.0) -> dict:
             sock.settimeout(timeout_s)
             sock.sendall(struct.pack("<i", _TRACKER_MAGIC))
             if struct.unpack("<i", _receive(sock, 4))[0] != _TRACKER_MAGIC:
-                raise FarmError(f"{host}:{port} is not a TVM RPC tracker")
+                raise TrackerUnreachable(f"{host}:{port} is not a TVM RPC tracker")
             _send_json(sock, [_SUMMARY])
             code, data = _receive_json(sock)
     except (OSError, socket.timeout) as err:
-        raise FarmError(f"tracker {host}:{port} is not reachable: {err}") from None
+        raise TrackerUnreachable(f"tracker {host}:{port} is not reachable: {err}") from None
     if code != _SUCCESS:
         raise FarmError(f"tracker {host}:{port} refused the summary request")
     return data

@@ -43,8 +43,9 @@ def _spec(name: str, description: str, mcpu: str | None, extra: tuple[str, ...])
               "num-cores": _BOARD_CORES}
     if mcpu:
         target["mcpu"] = mcpu
-    return TargetSpec(name, FAMILY, description, target, arch="aarch64", vector_bits=128,
-                      vector_registers=32, toolchain=TOOLCHAIN,
+    bits, registers = simd(target)
+    return TargetSpec(name, FAMILY, description, target, arch="aarch64", vector_bits=bits,
+                      vector_registers=registers, toolchain=TOOLCHAIN,
                       features=("neon", *(f.lstrip("+") for f in extra)))
 
 

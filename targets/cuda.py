@@ -10,6 +10,7 @@ import platform
 import shutil
 
 from .spec import Toolchain, TargetSpec
+from .x86 import simd as host_simd
 
 FAMILY = "cuda"
 # (name suffix, arch, what has it)
@@ -33,8 +34,9 @@ def simd(attrs) -> tuple[int, int] | None:
 
 def _spec(name: str, arch: str, description: str, ptx: bool = False) -> TargetSpec:
     target = {"kind": "cuda", "arch": arch, "host": dict(_HOST)}
-    return TargetSpec(name, FAMILY, description, target, arch="x86_64", vector_bits=256,
-                      vector_registers=16, schedule_rules="gpu", backend="cuda",
+    bits, registers = host_simd(_HOST)  # of the host CPU, which runs the VM's glue
+    return TargetSpec(name, FAMILY, description, target, arch="x86_64", vector_bits=bits,
+                      vector_registers=registers, schedule_rules="gpu", backend="cuda",
                       runtime_device="cuda", toolchain=TOOLCHAIN,
                       features=(arch, *(("ptx",) if ptx else ())))
 

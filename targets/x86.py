@@ -85,7 +85,6 @@ def runs_here(spec: TargetSpec) -> str | None:
     """Why a .so for ``spec`` cannot run on this machine, or None."""
     if platform.machine() != "x86_64":
         return f"this machine is {platform.machine()}"
-    needed = {"avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl"},
-              "avx512-vnni": {"avx512f", "avx512_vnni"}, "amx": {"amx_tile"}}
+    needed = {isa: flags for isa, flags, _mcpu in _ISA_LEVELS}
     lacking = needed.get(spec.features[0], set()) - cpu_flags() if spec.features else set()
     return f"this CPU lacks {', '.join(sorted(lacking))}" if lacking else None
