@@ -221,7 +221,7 @@ def run_cmd(artifact, inputs, output_dir):
     import numpy as np
 
     from aotc.runtime import load
-    from aotc.runtime.inputs import load_npy_inputs, random_inputs
+    from aotc.runtime.inputs import load_npy_inputs, npy_file_name, random_inputs
 
     model = load(artifact)
     feed = load_npy_inputs(inputs) if inputs else random_inputs(model.signature)
@@ -231,13 +231,9 @@ def run_cmd(artifact, inputs, output_dir):
                    f"min={value.min():.6g} max={value.max():.6g}")
         if output_dir:
             Path(output_dir).mkdir(parents=True, exist_ok=True)
-            np_path = Path(output_dir) / f"{_safe(name)}.npy"
+            np_path = Path(output_dir) / npy_file_name(name)
             np.save(np_path, value)
             click.echo(f"  -> {np_path}")
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 @main.command("bench")

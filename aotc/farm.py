@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -111,3 +112,42 @@ def run_foreground(process: FarmProcess) -> int:
     except KeyboardInterrupt:
         process.stop()
         return 0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the OS's pick)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class LoopbackFarm:
+    """A tracker and ``servers`` TVM servers of ``key`` on this machine, ready when built (for
+    trying a farm out, the tests and bench/farm.py). ``stop()`` ends every process group."""
+
+    def __init__(self, servers: int, key: str = "x86", host: str = "127.0.0.1"):
+        from aotc.schedules.farm import Farm, servers_of, summary  # pylint: disable=import-outside-toplevel
+        self.host, self.port, self.key = host, free_port(host), key
+        self.tracker = start_tracker(host, self.port)
+        self.servers: list[FarmProcess] = []
+        try:
+            wait_for(lambda: summary(host, self.port), 30, "tracker", self.tracker)
+            self.farm = Farm(host, self.port, key)
+            self.servers = [start_server(self.address, key, host, free_port(host))
+                            for _ in range(servers)]
+            wait_for(lambda: servers_of(self.farm) == servers, 60, f"{servers} servers")
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def groups(self) -> list[int]:
+        """Process group ids of the tracker and the servers (each is one group)."""
+        return [p.popen.pid for p in [self.tracker, *self.servers]]
+
+    def stop(self) -> None:
+        for process in [*self.servers, self.tracker]:
+            process.stop()

@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import aotc
-from aotc import farm as farm_procs
-from aotc.schedules.farm import Farm, servers_of, summary
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from aotc.farm import LoopbackFarm
 
 
 def model_path(name: str, folder: Path) -> Path:
@@ -47,22 +39,14 @@ def one_run(model: Path, servers: int, trials: int, folder: Path) -> dict:
         start = time.perf_counter()
         report = aotc.tune(model, "x86", trials, folder / "local.jsonl")
         return _row(0, report, time.perf_counter() - start)
-    port = free_port()
-    tracker = farm_procs.start_tracker(port=port)
-    started = []
+    farm = LoopbackFarm(servers, key="bench")
     try:
-        farm_procs.wait_for(lambda: summary("127.0.0.1", port), 30, "tracker", tracker)
-        started = [farm_procs.start_server(f"127.0.0.1:{port}", "bench", port=free_port())
-                   for _ in range(servers)]
-        farm_procs.wait_for(lambda: servers_of(Farm("127.0.0.1", port, "bench")) == servers,
-                            60, "servers")
         start = time.perf_counter()
         report = aotc.tune(model, "x86", trials, folder / f"farm{servers}.jsonl",
-                           rpc=f"127.0.0.1:{port}", key="bench")
+                           rpc=farm.address, key="bench")
         seconds = time.perf_counter() - start
     finally:
-        for process in [*started, tracker]:
-            process.stop()
+        farm.stop()
     return _row(servers, report, seconds)
 
 

@@ -24,14 +24,10 @@ import numpy as np
 import aotc
 from aotc.examples.export_onnx import export
 from aotc.package import package
-from aotc.runtime.inputs import random_inputs
+from aotc.runtime.inputs import npy_file_name, random_inputs
 from aotc.runtime.signature import ModelSignature
 
 DEFAULT_MODELS = "mobilenetv2,vit,efficientnet,unet"
-
-
-def safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def onnxruntime_reference(onnx_path: Path, feed: dict, runs: int = 20) -> tuple[list, float]:
@@ -56,9 +52,9 @@ def prepare_model(name: str, target: str, work: Path, out: Path) -> dict:
     folder = out / "data" / name
     folder.mkdir(parents=True, exist_ok=True)
     for key, value in feed.items():
-        np.save(folder / f"in_{safe(key)}.npy", value)
+        np.save(folder / f"in_{npy_file_name(key)}", value)
     for key, value in reference:
-        np.save(folder / f"ref_{safe(key)}.npy", value)
+        np.save(folder / f"ref_{npy_file_name(key)}", value)
     return {"model": name, "so": so, "inputs": list(feed), "outputs": [k for k, _ in reference],
             "onnxruntime_cpu_ms": round(ort_ms, 3)}
 

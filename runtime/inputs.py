@@ -37,3 +37,10 @@ def load_npy_inputs(items) -> dict:
         except (OSError, ValueError) as err:
             raise AotcError(f"--input {name}: cannot read {path}: {err}") from None
     return feed
+
+
+def npy_file_name(name: str) -> str:
+    """The .npy file ``--output-dir`` writes for a tensor (``aotc run`` and the C++ runner,
+    whose Safe() in runtime/cpp/tools/aotc_run.cc does the same): characters other than
+    letters, digits and -_. become _ (ONNX names hold / and :)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) + ".npy"

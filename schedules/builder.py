@@ -24,7 +24,6 @@ def build_and_export(mod, target, shared: bool = False, linker: str | None = Non
     board has no compiler to link a tar with."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-    from tvm.support import cc
     from tvm.support.tar import tar
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
@@ -35,8 +34,14 @@ def build_and_export(mod, target, shared: bool = False, linker: str | None = Non
         built.export_library(path, fcompile=tar)
         return path
     path = os.path.join(folder, "mod.so")
-    built.export_library(path, **({"fcompile": cc.cross_compiler(linker)} if linker else {}))
+    export_shared(built, path, linker)
     return path
+
+
+def export_shared(built, path: str, linker: str | None) -> None:
+    """``built`` as a shared library linked here by ``linker`` (None: the host cc)."""
+    from tvm.support import cc
+    built.export_library(path, **({"fcompile": cc.cross_compiler(linker)} if linker else {}))
 
 
 @derived_object

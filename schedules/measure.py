@@ -67,13 +67,18 @@ def _build(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
     return lib.jit() if hasattr(lib, "jit") else lib  # an Executable wraps the runtime module
 
 
-def _arguments(func: tvm.tirx.PrimFunc, seed: int = 0) -> list:
+def argument_specs(func: tvm.tirx.PrimFunc) -> list[tuple[list[int], str]]:
+    """(shape, dtype) of every parameter: what a device needs to make the arguments."""
+    return [([int(d) for d in p.ty.shape], str(p.ty.dtype)) for p in func.params]
+
+
+def argument_tensors(specs, device, seed: int = 0) -> list:
+    """Seeded arguments on ``device`` (here or a farm's): random floats, zero integers (so
+    that gathers stay in range). The same seed gives the same values everywhere."""
     rng = np.random.default_rng(seed)
-    args = []
-    for param in func.params:
-        shape = [int(d) for d in param.ty.shape]
-        dtype = str(param.ty.dtype)
-        data = (rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
-                else np.zeros(shape, dtype))
-        args.append(tvm.runtime.tensor(data, tvm.cpu()))
-    return args
+    return [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
+                               else np.zeros(shape, dtype), device) for shape, dtype in specs]
+
+
+def _arguments(func: tvm.tirx.PrimFunc, seed: int = 0) -> list:
+    return argument_tensors(argument_specs(func), tvm.cpu(), seed)

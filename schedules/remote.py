@@ -16,20 +16,15 @@ import tvm
 from aotc.measure_settings import TUNE, MeasureSettings
 
 from .farm import Farm, FarmError, servers_of
-from .measure import evaluator_arguments
-
-
-def _arg_specs(func: tvm.tirx.PrimFunc) -> list[tuple[list[int], str]]:
-    return [([int(d) for d in p.ty.shape], str(p.ty.dtype)) for p in func.params]
+from .builder import export_shared
+from .measure import argument_specs, argument_tensors, evaluator_arguments
 
 
 def _export(func: tvm.tirx.PrimFunc, target: tvm.target.Target, folder: str,
             linker: str | None) -> str:
-    from tvm.support import cc  # pylint: disable=import-outside-toplevel
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    lib = tvm.compile(mod, target=target)
     path = os.path.join(folder, "kernel.so")
-    lib.export_library(path, **({"fcompile": cc.cross_compiler(linker)} if linker else {}))
+    export_shared(tvm.compile(mod, target=target), path, linker)
     return path
 
 
@@ -44,13 +39,13 @@ class RemoteReference:
     def kernel_seconds(self, func, target) -> float:
         with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
             path = _export(func, target, tmp, self.linker)
-            return self._call(_time_on_device, path, _arg_specs(func),
+            return self._call(_time_on_device, path, argument_specs(func),
                               evaluator_arguments(self.settings))
 
     def outputs(self, func, target) -> list[np.ndarray]:
         with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
             path = _export(func, target, tmp, self.linker)
-            return self._call(_run_on_device, path, _arg_specs(func))
+            return self._call(_run_on_device, path, argument_specs(func))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -92,13 +87,6 @@ def _session(host, port, key, timeout):
     return rpc.connect_tracker(host, port).request(key, priority=1, session_timeout=timeout)
 
 
-def _remote_args(session, specs, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    device = session.cpu()
-    return [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
-                               else np.zeros(shape, dtype), device) for shape, dtype in specs]
-
-
 def _load(session, path):
     session.upload(path)
     return session.load_module(os.path.basename(path))
@@ -108,12 +96,12 @@ def _time_on_device(host, port, key, timeout, path, specs, evaluator: dict) -> f
     session = _session(host, port, key, timeout)
     lib = _load(session, path)
     timer = lib.time_evaluator("main", session.cpu(), **evaluator)
-    return float(np.median(timer(*_remote_args(session, specs)).results))
+    return float(np.median(timer(*argument_tensors(specs, session.cpu())).results))
 
 
 def _run_on_device(host, port, key, timeout, path, specs) -> list[np.ndarray]:
     session = _session(host, port, key, timeout)
     lib = _load(session, path)
-    args = _remote_args(session, specs)
+    args = argument_tensors(specs, session.cpu())
     lib["main"](*args)
     return [a.numpy() for a in args]

@@ -24,8 +24,7 @@ RUN_TIMEOUT_S = 60.0
 # A candidate whose measurement failed this way is run once more, on whichever device the
 # tracker gives next: a device killed or frozen mid-measurement says nothing about the
 # candidate. (A kernel that hangs every device costs a second deadline.)
-_DEVICE_FAILURES = ("Timeout", "RPCSessionTimeoutError", "onnection", "kShutdown", "Socket",
-                    "socket", "Broken pipe")
+_DEVICE_FAILURES = ("timeout", "connection", "kshutdown", "socket", "broken pipe")
 
 
 @derived_object
@@ -54,7 +53,7 @@ class RetryingFuture(PyRunnerFuture):
     def result(self):
         result = self.future.result()
         while self.retries > 0 and result.error_msg and any(
-                mark in result.error_msg for mark in _DEVICE_FAILURES):
+                mark in result.error_msg.lower() for mark in _DEVICE_FAILURES):
             self.retries -= 1
             self.future = self.inner.run([self.runner_input])[0]
             result = self.future.result()

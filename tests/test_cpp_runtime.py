@@ -13,7 +13,7 @@ import pytest
 import aotc
 from aotc import cpp_runner
 from aotc.package import package
-from aotc.runtime.inputs import random_inputs
+from aotc.runtime.inputs import npy_file_name, random_inputs
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None,
                                 reason="cmake and g++ build the C++ runner (.ci/run installs them)")
@@ -31,14 +31,14 @@ def save_inputs(feed: dict, folder: Path) -> list[str]:
     folder.mkdir(parents=True, exist_ok=True)
     flags = []
     for name, value in feed.items():
-        path = folder / f"{_safe([name])[0]}.npy"  # names like gpu_0/data_0
+        path = folder / npy_file_name(name)  # names like gpu_0/data_0
         np.save(path, value)
         flags += ["--input", f"{name}={path}"]
     return flags
 
 
 def outputs_of(folder: Path, names) -> list[np.ndarray]:
-    return [np.load(folder / f"{name}.npy") for name in names]
+    return [np.load(folder / npy_file_name(name)) for name in names]
 
 
 @pytest.fixture(scope="module")
@@ -130,14 +130,10 @@ def check_arm_under_qemu(onnx_path: Path, tmp_path: Path, rtol=1e-4, atol=1e-4, 
     assert done.returncode == 0, done.stderr
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
-    for name, got, want in zip(names, outputs_of(tmp_path / "out", _safe(names)),
+    for name, got, want in zip(names, outputs_of(tmp_path / "out", names),
                                session.run(None, feed)):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"output {name}")
     return meta
-
-
-def _safe(names):
-    return ["".join(c if c.isalnum() or c in "-_." else "_" for c in n) for n in names]
 
 
 @needs_arm
@@ -172,7 +168,7 @@ def test_runner_matches_python_on_examples(name, runner, example_onnx_dir, tmp_p
     done = run_runner([runner, so, *save_inputs(feed, tmp_path / "in"), "--output-dir",
                        tmp_path / "out"])
     assert done.returncode == 0, done.stderr
-    for got, (out, expect) in zip(outputs_of(tmp_path / "out", _safe(want)), want.items()):
+    for got, (out, expect) in zip(outputs_of(tmp_path / "out", want), want.items()):
         assert np.array_equal(got, expect), out
 
 
@@ -183,3 +179,25 @@ def test_bundle_with_the_farm_server_runs_it_without_environment(tiny_so, tmp_pa
     done = run_runner([server], env={}, cwd="/")  # loads its libraries, then refuses the args
     assert done.returncode == 1 and "usage: aotc-rpc-server --tracker" in done.stderr
     assert not (package(tiny_so, tmp_path / "plain").folder / "bin" / "aotc-rpc-server").exists()
+
+
+def test_runner_writes_1d_and_0d_outputs_numpy_reads(runner, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]),
+         helper.make_node("ReduceSum", ["x"], ["z"], keepdims=0)],
+        "shapes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [])])
+    path = tmp_path / "shapes.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    so = tmp_path / "shapes.so"
+    aotc.compile(path, output=so)
+    x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
+    done = run_runner([runner, so, *save_inputs({"x": x}, tmp_path / "in"),
+                       "--output-dir", tmp_path / "out"])
+    assert done.returncode == 0, done.stderr
+    y, z = outputs_of(tmp_path / "out", ["y", "z"])
+    assert y.shape == (4,) and np.array_equal(y, np.maximum(x, 0))
+    assert z.shape == () and z == np.float32(2.0)

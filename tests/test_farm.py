@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 
@@ -17,39 +16,10 @@ from click.testing import CliRunner
 
 import aotc
 from aotc import farm as farm_procs
+from aotc.farm import LoopbackFarm, free_port
 from aotc.cli import main
 from aotc.schedules import log as tuning_log
 from aotc.schedules.farm import Farm, FarmError, servers_of, summary
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class LoopbackFarm:
-    """A tracker and ``servers`` servers of key "x86" on this machine."""
-
-    def __init__(self, servers: int):
-        self.port = free_port()
-        self.tracker = farm_procs.start_tracker(port=self.port)
-        farm_procs.wait_for(lambda: summary("127.0.0.1", self.port), 30, "tracker", self.tracker)
-        self.farm = Farm("127.0.0.1", self.port, "x86")
-        self.servers = [farm_procs.start_server(f"127.0.0.1:{self.port}", "x86",
-                                                port=free_port()) for _ in range(servers)]
-        farm_procs.wait_for(lambda: servers_of(self.farm) == servers, 60, "servers")
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def groups(self) -> list[int]:
-        return [p.popen.pid for p in [self.tracker, *self.servers]]
-
-    def stop(self) -> None:
-        for process in [*self.servers, self.tracker]:
-            process.stop()
 
 
 def group_alive(pgid: int, wait_s: float = 5.0) -> bool:

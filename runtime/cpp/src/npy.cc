@@ -85,11 +85,9 @@ ffi::Tensor ReadNpy(const std::string& path) {
 }
 
 void WriteNpy(const std::string& path, const ffi::Tensor& tensor) {
-  std::string shape = "(";
-  for (int64_t dim : tensor.shape()) shape += std::to_string(dim) + ", ";
-  if (tensor.shape().size() > 1) shape.resize(shape.size() - 2);  // (3,) keeps its comma
-  if (tensor.shape().size() > 0 && tensor.shape().size() == 1) shape.resize(shape.size() - 1);
-  shape += ")";
+  std::string shape;  // a Python tuple: (2, 3), (3,) or ()
+  for (int64_t dim : tensor.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
+  shape = "(" + shape + (tensor.shape().size() == 1 ? ",)" : ")");
   std::string header = "{'descr': '" + ToDescr(tensor.dtype()) +
                        "', 'fortran_order': False, 'shape': " + shape + ", }";
   size_t total = 10 + header.size() + 1;
