@@ -7,7 +7,7 @@
 """
 
 from .api import compile, load, tune  # pylint: disable=redefined-builtin
-from .options import CompileOptions
+from .options import CompileOptions, QuantizeOptions
 
 __version__ = "0.1.0"
-__all__ = ["CompileOptions", "compile", "load", "tune", "__version__"]
+__all__ = ["CompileOptions", "QuantizeOptions", "compile", "load", "tune", "__version__"]

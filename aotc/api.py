@@ -11,7 +11,7 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
             input_shapes: dict[str, tuple[int, ...]] | None = None, example_inputs=None,
             dump_ir: str | Path | None = None, options=None,
             tuning_logs: list[str | Path] | None = None, shipped_logs: bool = True,
-            progress: Callable[[str], None] | None = None) -> dict:
+            quantize=None, progress: Callable[[str], None] | None = None) -> dict:
     """Compile an ONNX file / ModelProto, a torch.nn.Module (with ``example_inputs``) or a
     ``.pt2`` ExportedProgram for ``target`` into one shared library at ``output``.
 
@@ -48,7 +48,31 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
         from aotc.schedules import TunedSchedules
         options = dataclasses.replace(
             options, schedules=TunedSchedules(logs, tvm.target.Target(spec.tvm_target)))
-    return build(imported, spec, output, options=options, progress=say)
+    if quantize is None:
+        return build(imported, spec, output, options=options, progress=say)
+    return _compile_int8(imported, spec, output, options, quantize, say)
+
+
+def _compile_int8(imported, spec, output, options, quantize, say) -> dict:
+    """Calibrate, compile with the ranges, then measure int8 against float32."""
+    import json
+
+    import tvm
+
+    from aotc.compiler import build
+    from aotc.compiler.build import finalize_pipeline
+    from aotc.compiler.quantize.driver import evaluate, prepare
+    from aotc.compiler.quantize.report import table
+
+    target = tvm.target.Target(spec.tvm_target)
+    prepared = prepare(imported, spec, target, options, quantize, finalize_pipeline, say)
+    metadata = build(imported, spec, output, options=prepared.options, progress=say)
+    report = evaluate(prepared, output, quantize, say)
+    report_path = Path(f"{output}.quant.json")
+    report_path.write_text(json.dumps(report, indent=1))
+    metadata["quantization_report"] = {**report, "table": table(report),
+                                       "path": str(report_path)}
+    return metadata
 
 
 def _tuning_logs(extra, shipped_logs: bool = True) -> list[Path]:

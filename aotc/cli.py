@@ -15,6 +15,7 @@ import click
 from aotc import settings
 from aotc.errors import AotcError
 from aotc.measure_settings import BENCH as BENCH_MEASURE, TUNE as TUNE_MEASURE
+from aotc.options import CALIBRATION_METHODS, QUANTIZE_MODES
 
 
 class _Ctx:
@@ -96,9 +97,25 @@ def main(verbose: bool) -> None:
               help="Apply the records of this log (aotc tune) where they match (repeatable).")
 @click.option("--no-shipped-logs", "no_shipped", is_flag=True,
               help="Do not apply the tuning logs shipped with aotc (tuning_logs/).")
+@click.option("--quantize", type=click.Choice(QUANTIZE_MODES),
+              help="Run conv2d/matmul layers in int8, calibrated on --calib; prints and writes "
+                   "an accuracy report (OUTPUT.quant.json).")
+@click.option("--calib", type=click.Path(exists=True),
+              help="Calibration samples: a .npz of named arrays or a folder of .npy files.")
+@click.option("--calib-method", type=click.Choice(CALIBRATION_METHODS), default="percentile",
+              show_default=True, help="How activation ranges are chosen.")
+@click.option("--percentile", type=float, default=99.99, show_default=True,
+              help="With --calib-method percentile: the share of values kept in range.")
+@click.option("--skip-layers", "skip_layers", metavar="NAME[,NAME...]", default="",
+              help="Layers kept in float32 (names as the accuracy report prints them).")
+@click.option("--keep-first-last", is_flag=True,
+              help="Keep the first and last quantizable layers in float32.")
+@click.option("--eval", "evaluation", type=click.Path(exists=True),
+              help="Held-out samples for the accuracy report (default: the --calib ones).")
 @_guard
 def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain,
-                tuning_logs, no_shipped):
+                tuning_logs, no_shipped, quantize, calib, calib_method, percentile, skip_layers,
+                keep_first_last, evaluation):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import parse_input_shape
@@ -107,12 +124,16 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
     shapes = dict(parse_input_shape(s) for s in input_shape)
     options = CompileOptions(opt_level=opt_level, disabled_passes=disabled, explain=explain,
                              dump_ir=dump_ir)
+    int8 = _quantize_options(quantize, calib, calib_method, percentile, skip_layers,
+                             keep_first_last, evaluation)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,
                          tuning_logs=list(tuning_logs), shipped_logs=not no_shipped,
-                         progress=_progress(start))
+                         quantize=int8, progress=_progress(start))
     if explain:
         click.echo(meta["explain"]["table"])
+    if int8 is not None:
+        click.echo(meta["quantization_report"]["table"])
     tuned = f", {len(meta['tuned_kernels'])} from tuning logs" if meta["tuned_kernels"] else ""
     share = meta.get("tuning", {})
     if tuned and share.get("tuned_share") is not None:
@@ -121,6 +142,19 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
     click.echo(f"wrote {output} ({Path(output).stat().st_size / 1e6:.1f} MB, target "
                f"{meta['target']['name']}, {meta['compile_seconds']} s, "
                f"{len(meta['kernels'])} kernels{tuned})")
+
+
+def _quantize_options(mode, calib, method, percentile, skip_layers, keep_first_last, evaluation):
+    from aotc.options import QuantizeOptions
+    if mode is None:
+        if calib or evaluation:
+            raise click.UsageError("--calib/--eval need --quantize int8")
+        return None
+    if not calib:
+        raise click.UsageError("--quantize int8 needs --calib SAMPLES (a .npz or a folder of "
+                               ".npy files) to measure activation ranges")
+    skip = tuple(n.strip() for n in skip_layers.split(",") if n.strip())
+    return QuantizeOptions(calib, mode, method, percentile, skip, keep_first_last, evaluation)
 
 
 def measure_options(defaults, repeat_names=("--repeat",)):

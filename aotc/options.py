@@ -10,6 +10,41 @@ from pathlib import Path
 OPT_LEVELS = (0, 1, 2, 3)
 
 
+QUANTIZE_MODES = ("int8",)
+CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """What ``--quantize int8`` needs (compiler/quantize).
+    calibration: samples for the activation ranges (a .npz, a folder of .npy, or an iterable
+        of feeds: compiler/quantize/samples.py).
+    method: "minmax" | "percentile" | "entropy" (compiler/quantize/observers.py).
+    percentile: for "percentile", the share of values kept inside the range.
+    skip_layers: site names ("conv2d_0", "matmul_3"; --explain and the report list them) that
+        stay float32.
+    keep_first_last: the first and last quantizable layers stay float32 (they often carry
+        the most error for the least time).
+    evaluation: held-out samples for the accuracy report (default: the calibration ones)."""
+
+    calibration: object
+    mode: str = "int8"
+    method: str = "percentile"
+    percentile: float = 99.99
+    skip_layers: tuple[str, ...] = ()
+    keep_first_last: bool = False
+    evaluation: object | None = None
+
+    def __post_init__(self):
+        if self.mode not in QUANTIZE_MODES:
+            raise ValueError(f"quantize mode must be one of {QUANTIZE_MODES}, got {self.mode!r}")
+        if self.method not in CALIBRATION_METHODS:
+            raise ValueError(f"calibration method must be one of {CALIBRATION_METHODS}, got {self.method!r}")
+        if not 50.0 < self.percentile <= 100.0:
+            raise ValueError(f"percentile must be in (50, 100], got {self.percentile}")
+        object.__setattr__(self, "skip_layers", tuple(self.skip_layers))
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     """opt_level:
@@ -22,6 +57,9 @@ class CompileOptions:
         a pass correctness needs cannot be disabled.
     explain: record, pass by pass, the time and what changed (ops, kernels).
     dump_ir: a folder; the IR after every pass is written there.
+    int8_ranges: site name (compiler/quantize/sites.py) -> (low, high) of its activation, as
+        calibration measured it (aotc.compile(quantize=...) fills it): those contractions run
+        in int8. None: float32.
     schedules: where tuned schedules come from (``aotc.schedules.TunedSchedules``, made from
         tuning logs by ``aotc.compile(tuning_logs=...)``): asked first for every kernel, the
         default rules take the rest. None: default rules only."""
@@ -31,6 +69,7 @@ class CompileOptions:
     explain: bool = False
     dump_ir: Path | None = None
     schedules: object | None = field(default=None, compare=False)
+    int8_ranges: dict | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.opt_level not in OPT_LEVELS:

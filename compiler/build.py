@@ -49,7 +49,7 @@ FINALIZE = {"cpu": (cpu_pipeline, lambda spec: None),
             "cuda": (cuda_pipeline, _prepare_cuda)}
 
 
-def _finalize_pipeline(spec: TargetSpec, target: tvm.target.Target) -> tvm.transform.Pass:
+def finalize_pipeline(spec: TargetSpec, target: tvm.target.Target) -> tvm.transform.Pass:
     pipeline, prepare = FINALIZE[spec.backend]
     prepare(spec)
     return tvm.transform.Sequential(pipeline.dataflow_lower_passes(target)
@@ -85,7 +85,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     say("phase codegen (LLVM)")
     codegen_start = time.perf_counter()
     executable = in_phase("codegen", lambda: relax.build(
-        mod, target, relax_pipeline=_finalize_pipeline(spec, target)))
+        mod, target, relax_pipeline=finalize_pipeline(spec, target)))
     if explanation is not None:
         explanation.later_phases["codegen"] = time.perf_counter() - codegen_start
     metadata = {
@@ -103,6 +103,8 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         "built_unix_time": int(time.time()),
     }
     metadata["tuning"] = tuning_share(mod, metadata["kernels"])
+    if options.int8_ranges:
+        metadata["quantization"] = {"mode": "int8", "layers": sorted(options.int8_ranges)}
     say("phase export")
     export_start = time.perf_counter()
     in_phase("export", lambda: _export(executable, Path(output), metadata, _fcompile(spec)))

@@ -10,6 +10,10 @@ Phases (names are what --dump-ir and --explain print):
             is what the CPU schedules vectorize; folding then pre-transposes the weights
             (passes/layout)
   fuse      patterns TVM's FuseOps does not find (passes/fusion)
+  quantize  with --quantize int8: calibrated contractions marked in quantize/dequantize form,
+            then realized as int8 kernels with prepacked weights (compiler/quantize); right
+            after fusion so that combined projections are one int8 kernel, and before
+            lowering, whose FoldConstant would fold the weights' dequantize away
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
             bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
             PrimFuncs (max/min with infinite identities; exp/erf/tanh/sigmoid as vectorizable
@@ -37,7 +41,7 @@ from aotc.options import CompileOptions
 
 from .explain import Explanation, PassRecord, kernel_count, op_counts
 from .lower import default_schedule_pass
-from . import passes
+from . import passes, quantize as int8
 from .passes.lowering import VECTOR_MATH_LEVEL, VECTOR_MATH_NAME
 from .passes.step import REQUIRED, Step, enabled
 
@@ -54,6 +58,10 @@ def fuse(_options: CompileOptions) -> list[Step]:
     return passes.fusion.steps()
 
 
+def quantize(options: CompileOptions) -> list[Step]:
+    return int8.steps(options)
+
+
 def lower(options: CompileOptions) -> list[Step]:
     return passes.lowering.steps(options)
 
@@ -68,7 +76,8 @@ def schedule(spec: TargetSpec):
 
 def phase_steps(spec: TargetSpec, options: CompileOptions) -> list[tuple[str, list[Step]]]:
     return [("simplify", simplify(options)), ("layout", layout(options)),
-            ("fuse", fuse(options)), ("lower", lower(options)),
+            ("fuse", fuse(options)), ("quantize", quantize(options)),
+            ("lower", lower(options)),
             ("schedule", schedule(spec)(options))]
 
 
@@ -114,21 +123,26 @@ def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
                options: CompileOptions | None = None,
                on_phase: Callable[[str], None] | None = None,
                explanation: Explanation | None = None,
-               stop_before: str | None = None) -> tvm.IRModule:
+               stop_before: str | None = None, start_at: str | None = None) -> tvm.IRModule:
     """Run every phase, pass by pass. With ``options.dump_ir``, write the IR after each pass
     to ``NN_phase_Pass.py``; with ``explanation``, record what each pass changed. A failure is
     a CompileError naming the phase (simplify, layout, fuse, lower, schedule). With
     ``stop_before``, the module as that phase would receive it (the tuner takes its kernels
-    from just before "schedule")."""
+    from just before "schedule"). With ``start_at``, the phases before it are skipped (the
+    module already went through them: calibration builds its module from mid-pipeline)."""
     options = options or CompileOptions()
     dump = _dumper(options.dump_ir)
     dump("imported", "", mod)
     if explanation is not None:
         explanation.skipped.extend(skipped_steps(spec, options))
+    started = start_at is None
     with target:
         for name, phase_passes in phases(spec, options):
             if name == stop_before:
                 break
+            started = started or name == start_at
+            if not started:
+                continue
             if on_phase:
                 on_phase(name)
             for pass_ in phase_passes:

@@ -25,14 +25,29 @@ def resolve(name: str) -> TargetSpec:
     raise TargetError(f"unknown target {name!r}; known targets: {known}")
 
 
+def _llvm_attrs(tvm_target):
+    """The attrs of the CPU part of a TVM target (a Target or its dict form)."""
+    if hasattr(tvm_target, "attrs"):  # a tvm.target.Target: a GPU target's CPU is its host
+        target = tvm_target if tvm_target.kind.name == "llvm" else tvm_target.host
+        return target.attrs if target is not None else {}
+    return tvm_target if tvm_target.get("kind") == "llvm" else tvm_target.get("host", {})
+
+
+def int8_dot(tvm_target) -> str | None:
+    """The int8 dot-product instructions ("avx512-vnni") the int8 kernels may be tensorized
+    onto for this target, or None (they then run as plain integer loops)."""
+    attrs = _llvm_attrs(tvm_target)
+    for family in FAMILIES.values():
+        found = family.int8_dot(attrs)
+        if found:
+            return found
+    return None
+
+
 def simd(tvm_target) -> tuple[int, int]:
     """(vector bits, vector registers) of a TVM llvm target, from the family that claims it.
     The schedule rules see only the TVM target (under ``with target:``), so they ask here."""
-    if hasattr(tvm_target, "attrs"):  # a tvm.target.Target: a GPU target's CPU is its host
-        target = tvm_target if tvm_target.kind.name == "llvm" else tvm_target.host
-        attrs = target.attrs if target is not None else {}
-    else:
-        attrs = tvm_target if tvm_target.get("kind") == "llvm" else tvm_target.get("host", {})
+    attrs = _llvm_attrs(tvm_target)
     for family in FAMILIES.values():
         found = family.simd(attrs)
         if found:

@@ -38,6 +38,12 @@ def simd(attrs) -> tuple[int, int] | None:
     return (128, 32) if str(attrs.get("mtriple", "") or "").startswith("aarch64") else None
 
 
+def int8_dot(attrs) -> str | None:
+    """No int8 dot-product kernels for this family yet: int8 contractions run un-tensorized."""
+    del attrs
+    return None
+
+
 def _spec(name: str, description: str, mcpu: str | None, extra: tuple[str, ...]) -> TargetSpec:
     target = {"kind": "llvm", "mtriple": TRIPLE, "mattr": ["+neon", *extra],
               "num-cores": _BOARD_CORES}

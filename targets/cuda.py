@@ -32,6 +32,12 @@ def simd(attrs) -> tuple[int, int] | None:
     return None
 
 
+def int8_dot(attrs) -> str | None:
+    """No int8 dot-product kernels for this family yet: int8 contractions run un-tensorized."""
+    del attrs
+    return None
+
+
 def _spec(name: str, arch: str, description: str, ptx: bool = False) -> TargetSpec:
     target = {"kind": "cuda", "arch": arch, "host": dict(_HOST)}
     bits, registers = host_simd(_HOST)  # of the host CPU, which runs the VM's glue

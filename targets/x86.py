@@ -54,6 +54,19 @@ def simd(attrs) -> tuple[int, int] | None:
     return (512, 32) if wide else (256, 16)
 
 
+# LLVM CPUs with AVX-512 VNNI (vpdpbusd); AMX machines have it too.
+_VNNI_CPUS = {"cascadelake", "cooperlake", "icelake-server", "icelake-client", "tigerlake",
+              "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
+
+
+def int8_dot(attrs) -> str | None:
+    """The int8 dot-product instruction set an x86 llvm target has ("avx512-vnni"), or None."""
+    mattr = {str(a) for a in attrs.get("mattr", []) or []}
+    if "+avx512vnni" in mattr or str(attrs.get("mcpu", "")) in _VNNI_CPUS:
+        return "avx512-vnni"
+    return None
+
+
 def _spec(name: str, description: str, mcpu: str, cores: int, isa: str) -> TargetSpec:
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
     bits, registers = simd(target)

@@ -6,13 +6,15 @@ register-blocked schedule without any measurement, so that a compile is fast and
 
 Rules are tried in order; the first that accepts a PrimFunc schedules it:
   0. ``Attention``: the one-kernel attention FuseAttention makes (cpu_attention.py).
-  1. ``Contraction``: one multiply-accumulate reduction (conv2d in NHWC/HWIO, matmul, batch
+  1. ``Int8Dot``: the int8 conv/matmul kernels of a quantized model, tensorized onto the
+     target's dot-product instruction (cpu_int8.py); on targets without one they fall through.
+  2. ``Contraction``: one multiply-accumulate reduction (conv2d in NHWC/HWIO, matmul, batch
      matmul) with injective producers and epilogues. Register-blocks the two innermost output
      axes, vectorizes the innermost (which is contiguous in the output and in the weight).
-  2. ``RowWise``: softmax / layer norm style row reductions over the innermost axis, parallel
+  3. ``RowWise``: softmax / layer norm style row reductions over the innermost axis, parallel
      over rows, reductions vectorized (cpu_rows.py); ``RowReduction`` (dlight's CPU
      ``Reduction``, guarded) takes the ones it refuses.
-  3. ``Generic``: anything else (pooling, means, elementwise, layout changes): every block is
+  4. ``Generic``: anything else (pooling, means, elementwise, layout changes): every block is
      parallelized over its outer spatial loops and vectorized on its innermost loop when that
      loop is spatial.
 Assumes the conv layout pass ran first (NHWC data, HWIO weights): then the output channel axis
@@ -24,10 +26,11 @@ from __future__ import annotations
 from .cpu_attention import Attention
 from .cpu_blocks import schedule_injective_block, touches_bool, vector_lanes
 from .cpu_contraction import Contraction
+from .cpu_int8 import Int8Dot
 from .cpu_rows import RowWise
 from .cpu_generic import Generic, RowReduction, inline_injective_chains
 
-RULES = (Attention(), Contraction(), RowWise(), RowReduction(), Generic())
+RULES = (Attention(), Int8Dot(), Contraction(), RowWise(), RowReduction(), Generic())
 
-__all__ = ["Attention", "Contraction", "RowWise", "Generic", "RULES", "RowReduction", "inline_injective_chains",
+__all__ = ["Attention", "Contraction", "Int8Dot", "RowWise", "Generic", "RULES", "RowReduction", "inline_injective_chains",
            "schedule_injective_block", "touches_bool", "vector_lanes"]

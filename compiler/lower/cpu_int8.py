@@ -1,0 +1,99 @@
+"""``Int8Dot``: the default schedule of the int8 contractions realize emits
+(compiler/quantize/int8_kernels.py), tensorized onto the target's dot-product instruction.
+
+The register tile is R output rows x V blocks of 16 output channels, kept in R*V int32
+vector accumulators; each step of the reduction broadcasts 4 activation bytes per row and
+reads one 16x4 weight block per V, which ``vpdpbusd`` multiplies and adds (4 multiply-adds
+per lane, 4x an fp32 FMA's). ResNet-18's 56x56x64 3x3 conv ran at 895 GOP/s on one core
+here (/tmp prototype, time_evaluator), against ~100 GFLOP/s for the fp32 schedule.
+Kernels of targets without such an instruction are left to ``Contraction`` (plain integer
+multiply-adds, correct but slower than fp32)."""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.target import Target
+
+from aotc.targets import int8_dot
+
+from ..quantize.int8_kernels import GROUP, INT8_BLOCK, LANES
+from .cpu_blocks import _extent, _largest_divisor, schedule_injective_block, vector_lanes
+from .cpu_contraction import Contraction
+from .dot_intrinsics import VNNI_16x4
+
+INTRINSICS = {"avx512-vnni": VNNI_16x4}
+_MAX_ROWS, _MAX_CHANNEL_BLOCKS, _ACCUMULATORS = 8, 4, 24
+
+
+def _int8_block(infos):
+    """The int8 reduction among the normalized blocks, or None."""
+    found = [i for i in infos or [] if not i.is_injective()
+             and i.block_rv is not None and _name(i).startswith(INT8_BLOCK)]
+    return found[0] if len(found) == 1 and sum(not i.is_injective() for i in infos) == 1 else None
+
+
+def _name(info) -> str:
+    return info.name or ""
+
+
+def tile_shape(channel_blocks: int, rows: int) -> tuple[int, int]:
+    """(rows R, channel blocks V) of the register tile: V up to 4 blocks of 16 channels, R up
+    to 8 rows, R*V accumulators at most 24 of AVX-512's 32 registers."""
+    blocks = _largest_divisor(channel_blocks, _MAX_CHANNEL_BLOCKS)
+    return _largest_divisor(rows, min(_MAX_ROWS, _ACCUMULATORS // blocks)), blocks
+
+
+class Int8Dot(ScheduleRule):
+    """Tensorized schedule of ``aotc_int8_contract`` kernels (their pad, crop and epilogue)."""
+
+    def apply(self, func, target: Target, tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        intrinsic = INTRINSICS.get(int8_dot(target) or "")
+        if intrinsic is None:
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        main = _int8_block(infos)
+        if main is None:
+            return None
+        index = infos.index(main)
+        lanes = vector_lanes(target, 32)
+        for producer in infos[:index]:
+            schedule_injective_block(sch, producer.block_rv, vector_lanes(target, 8))
+        self._schedule_main(sch, main, infos[index + 1:], intrinsic, lanes)
+        return sch
+
+    def _schedule_main(self, sch, main, epilogues, intrinsic: str, lanes: int) -> None:
+        block = main.block_rv
+        loops = sch.get_loops(block)
+        kinds = main.dom_kind()
+        spatial = [l for l, k in zip(loops, kinds) if k == "S"]
+        reduce = [l for l, k in zip(loops, kinds) if k == "R"]
+        channel_outer, channel_lane = sch.split(spatial[-1], factors=[None, LANES])
+        reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, GROUP])
+        rows, blocks = tile_shape(_extent(sch, channel_outer), _extent(sch, spatial[-2]))
+        row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
+        block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
+        outer = spatial[:-2]
+        sch.reorder(block_out, *outer, row_out, *reduce[:-1], reduce_outer, row_in, block_in,
+                    channel_lane, reduce_group)
+        tile = sch.fuse(block_out, *outer, row_out)
+        sch.parallel(tile)
+        # accumulators in a small tile buffer, epilogue applied on the way out (as Contraction)
+        write_back = sch.cache_write(block, 0, "global")
+        crop = epilogues[0].block_rv if epilogues and _name(epilogues[0]).startswith(
+            "aotc_int8_crop") else None
+        Contraction._inline_epilogues(sch, crop or write_back,
+                                      epilogues[1:] if crop else epilogues, lanes)
+        sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(write_back)[-1])
+        if crop is not None:
+            sch.reverse_compute_at(crop, tile, preserve_unit_loops=True)
+        init = sch.decompose_reduction(block, reduce[0] if len(reduce) > 1 else reduce_outer)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.tensorize(channel_lane, intrinsic)
+        sch.unroll(row_in)
+        sch.unroll(block_in)

@@ -1,0 +1,26 @@
+"""INT8 post-training quantization: calibrate (observe activation ranges on samples), annotate
+(quantize/dequantize marks), realize (int8 kernels with int32 accumulation, prepacked weights).
+The quantize phase of the pipeline runs AnnotateInt8 then RealizeInt8 when the compile options
+carry calibrated ranges."""
+
+from __future__ import annotations
+
+from aotc.options import CompileOptions
+
+from ..passes.step import Step
+from .annotate import AnnotateInt8
+from .realize import RealizeInt8
+from .sites import Site, main_sites
+
+
+def steps(options: CompileOptions) -> list[Step]:
+    """Both passes always listed (so that --disable-pass knows them); without calibrated
+    ranges annotate does nothing, and realize then only finds the quantize/dequantize pairs an
+    imported model carries. ``--disable-pass RealizeInt8`` leaves the annotated model, which
+    computes the int8 result in float32: the way to tell a kernel bug from quantization
+    error."""
+    return [Step(AnnotateInt8(options.int8_ranges or {}), 0),
+            Step(RealizeInt8(), 0)]
+
+
+__all__ = ["AnnotateInt8", "RealizeInt8", "Site", "main_sites", "steps"]

@@ -1,0 +1,89 @@
+"""The int8 compile, start to finish: the module up to the quantize phase, its sites minus the
+skipped ones, calibration, and the ranges handed to the compile options. Returns what the
+accuracy report needs afterwards (the calibration build, which doubles as the float32
+reference)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from aotc.errors import CompileError
+from aotc.options import CompileOptions, QuantizeOptions
+
+from ..pipeline import in_phase, run_phases
+from . import samples as sample_io
+from .calibrate import CalibrationRun, build_observed, calibrate
+from .sites import Site, main_sites
+
+
+@dataclass
+class Prepared:
+    options: CompileOptions       # with int8_ranges
+    run: CalibrationRun           # float32 model + activations
+    sites: list[Site]             # the sites quantized
+    skipped: dict[str, str]       # site -> why it stays float32
+    evaluation: list[dict]        # samples for the accuracy report
+    evaluated_on: str             # "held-out samples" | "calibration samples"
+
+
+def chosen_sites(sites: list[Site], settings: QuantizeOptions) -> tuple[list[Site], dict]:
+    """(sites to quantize, {skipped site: why}); an unknown --skip-layers name is an error."""
+    names = [s.name for s in sites]
+    unknown = [n for n in settings.skip_layers if n not in names]
+    if unknown:
+        raise CompileError(f"--skip-layers: no quantizable layer named {', '.join(unknown)}; "
+                           f"this model's are: {', '.join(names) or 'none'}")
+    skipped = {n: "--skip-layers" for n in settings.skip_layers}
+    if settings.keep_first_last and sites:
+        skipped.setdefault(names[0], "first layer kept in float32")
+        skipped.setdefault(names[-1], "last layer kept in float32")
+    return [s for s in sites if s.name not in skipped], skipped
+
+
+def prepare(imported, spec, target, options: CompileOptions, settings: QuantizeOptions,
+            finalize, say: Callable[[str], None]) -> Prepared:
+    mod = in_phase("optimize", lambda: run_phases(imported.mod, spec, target, options,
+                                                  stop_before="quantize"))
+    sites, skipped = chosen_sites(main_sites(mod), settings)
+    if not sites:
+        raise CompileError("--quantize int8: the model has no conv2d or matmul with constant "
+                           "weights that int8 can take" + (" (all skipped)" if skipped else ""))
+    input_names = imported.signature.input_names()
+    calibration = sample_io.read_samples(settings.calibration, imported.signature)
+    evaluation = (sample_io.read_samples(settings.evaluation, imported.signature)
+                  if settings.evaluation is not None else calibration)
+    say(f"calibration build: {len(sites)} int8 layers, {len(calibration)} samples")
+    run = in_phase("calibration build", lambda: build_observed(
+        mod, sites, input_names, spec, target, options, finalize))
+    ranges = calibrate(run, sites, calibration, settings.method, settings.percentile, say)
+    options = dataclasses.replace(options, int8_ranges=ranges)
+    return Prepared(options, run, sites, skipped, evaluation,
+                    "held-out samples" if settings.evaluation is not None
+                    else "calibration samples")
+
+
+def evaluate(prepared: Prepared, model_path, settings: QuantizeOptions,
+             say: Callable[[str], None]) -> dict:
+    """The accuracy report (report.py) of the compiled int8 model at ``model_path``."""
+    from aotc.runtime import load
+
+    from .calibrate import _owner_of
+    from .report import layer_errors, output_errors
+    say(f"accuracy: int8 vs float32 on {len(prepared.evaluation)} {prepared.evaluated_on}")
+    model = load(model_path)
+    names = [o.name for o in model.signature.outputs]
+    reference, quantized = [], []
+    for feed in prepared.evaluation:
+        reference.append(prepared.run.run(feed)[0])
+        outputs = model.run(feed)
+        quantized.append([outputs[n] for n in names])
+    ranges = prepared.options.int8_ranges
+    owner_of = _owner_of(prepared.sites, prepared.run.owners)
+    return {"mode": settings.mode, "method": settings.method,
+            "samples": len(prepared.evaluation), "evaluated_on": prepared.evaluated_on,
+            "int8_layers": len(prepared.sites), "float32_layers": prepared.skipped,
+            "outputs": output_errors(names, reference, quantized),
+            "layers": layer_errors(prepared.run, prepared.sites, ranges, prepared.evaluation,
+                                   owner_of)}

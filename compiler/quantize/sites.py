@@ -1,0 +1,73 @@
+"""Which contractions int8 can take: the sites that calibration observes and annotate
+quantizes, found the same way by both so that their names agree.
+
+A site is a conv2d (NHWC data, HWIO weights, one group: the layout phase made them so) or a
+matmul whose weight is a float32 constant and whose activation is float32 with a static
+shape. Depthwise and grouped convolutions, and matmuls of two activations (attention's
+Q.K^T and .V), have no int8 kernel and stay float32. Sites are named by kind and order
+("conv2d_0", "matmul_3"); the names are what --skip-layers takes and the report prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+from ..frontends.relax_shapes import static_shape
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    var: relax.Var            # the binding's variable
+    call: relax.Call          # conv2d / matmul
+    activation: relax.Expr    # the float32 input int8 replaces
+    weight_axis: int          # output-channel axis of the constant weight
+
+
+def _float_tensor(expr: relax.Expr, rank: int | None = None) -> bool:
+    info = expr.ty
+    if not isinstance(info, relax.TensorType) or info.dtype != "float32":
+        return False
+    shape = static_shape(expr)
+    return shape is not None and (rank is None or len(shape) == rank)
+
+
+def _conv_site(call: relax.Call) -> bool:
+    attrs = call.attrs
+    return (attrs.data_layout == "NHWC" and attrs.kernel_layout == "HWIO"
+            and attrs.out_layout == "NHWC" and int(attrs.groups) == 1
+            and _float_tensor(call.args[0], 4))
+
+
+def _matmul_site(call: relax.Call) -> bool:
+    weight = call.args[1]
+    return (len(weight.value.shape) == 2 and _float_tensor(call.args[0])
+            and len(static_shape(call.args[0])) >= 2)
+
+
+KINDS = {"relax.nn.conv2d": ("conv2d", _conv_site, 3), "relax.matmul": ("matmul", _matmul_site, 1)}
+
+
+def find_sites(func: relax.Function) -> list[Site]:
+    """The sites of ``func`` in binding order."""
+    sites, counts = [], {}
+    for block in getattr(func.body, "blocks", []):
+        for binding in block.bindings:
+            call = binding.value
+            if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+                continue
+            kind = KINDS.get(call.op.name)
+            if kind is None or not isinstance(call.args[1], tvm.ir.GenericConst):
+                continue
+            if call.args[1].value.dtype != "float32" or not kind[1](call):
+                continue
+            index = counts.get(kind[0], 0)
+            counts[kind[0]] = index + 1
+            sites.append(Site(f"{kind[0]}_{index}", binding.var, call, call.args[0], kind[2]))
+    return sites
+
+
+def main_sites(mod: tvm.IRModule) -> list[Site]:
+    return find_sites(mod["main"])
