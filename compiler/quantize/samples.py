@@ -2,10 +2,11 @@
 
 Accepted sources:
   - a ``.npz`` of named arrays: each array holds one sample (the input's shape) or a stack of
-    them (a leading sample axis);
+    them (a leading sample axis, or for a batch-1 input the batch axis itself);
   - a folder of ``.npy`` files: for a one-input model every file is a sample (or a stack); for
     several inputs, one subfolder per sample holding ``<input name>.npy``;
-  - a Python iterable of feeds (dicts) or, for a one-input model, of arrays.
+  - a Python iterable of feeds (dicts) or, for a one-input model, of arrays; or, for a
+    one-input model, one array holding a stack of samples.
 A sample that does not fit the model's signature is an error naming the input, the file and
 the shapes expected and found."""
 
@@ -33,6 +34,9 @@ def _split(array: np.ndarray, spec: TensorSpec, where: str) -> list[np.ndarray]:
         return [array.astype(spec.dtype, copy=False)]
     if array.ndim == len(spec.shape) + 1 and _fits(array.shape[1:], spec):
         return [a.astype(spec.dtype, copy=False) for a in array]
+    if spec.shape and spec.shape[0] == 1 and _fits((1,) + array.shape[1:], spec):
+        # a batch-1 input given a batch of samples: one sample per row
+        return [array[i:i + 1].astype(spec.dtype, copy=False) for i in range(len(array))]
     raise CompileError(f"calibration sample {where}: input {spec.name!r} expects shape "
                        f"{list(spec.shape)} (or a stack of them), got {list(array.shape)}")
 
@@ -106,6 +110,9 @@ def read_samples(source, signature: ModelSignature) -> list[dict]:
         else:
             raise CompileError(f"calibration samples {path}: expected a .npz file or a folder "
                                "of .npy files")
+    elif isinstance(source, np.ndarray) and len(signature.inputs) == 1:
+        spec = signature.inputs[0]
+        samples = [{spec.name: a} for a in _split(source, spec, "array")]
     else:
         samples = list(_from_iterable(source, signature))
     if not samples:
