@@ -22,6 +22,7 @@ from .onnx_graph import GraphInfo, with_fixed_inputs
 from .onnx_functions import expand_functions
 from .onnx_lowbit import CARRIED, carry_narrow_types, needs_carrying
 from .onnx_ops import check_ops, model_opset, ops_to_expand
+from .onnx_qlinear import expand_qlinear
 from .onnx_rewrites import INLINING, apply_rewrites
 from .shapes import apply_overrides
 
@@ -102,6 +103,7 @@ def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
 
     def info(current: onnx.ModelProto) -> GraphInfo:  # one shape inference per call
         return GraphInfo(with_fixed_inputs(current, shapes), opset)
+    model = expand_qlinear(model, info(model).fresh)
     # Bodies may call further function ops (SoftmaxCrossEntropyLoss calls
     # NegativeLogLikelihoodLoss): expand until none is left or nothing changes.
     for _round in range(MAX_EXPANSION_DEPTH):

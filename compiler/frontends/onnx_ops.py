@@ -18,9 +18,11 @@ from aotc.errors import UnsupportedModelError
 from .onnx_gaps import gap_reason
 from .onnx_functions import function_schema
 from .onnx_graph import constant_values
+from .onnx_qlinear import REWRITES as qlinear_rewrites
 from .onnx_rewrites import OWN_CONVERTERS
 
 STANDARD_DOMAINS = ("", "ai.onnx")
+QLINEAR = frozenset(qlinear_rewrites)
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,9 @@ def op_table(model: onnx.ModelProto) -> list[OpRow]:
             gaps[key] = f"{reason} (node {node.name or '<unnamed>'!r})"
     rows = []
     for (domain, op_type), count in sorted(counts.items(), key=lambda kv: kv[0][1]):
-        if domain not in STANDARD_DOMAINS:
+        if (domain if domain not in STANDARD_DOMAINS else "", op_type) in QLINEAR:
+            reason = ""  # expanded to dequantize -> float op -> quantize (onnx_qlinear)
+        elif domain not in STANDARD_DOMAINS:
             reason = f"domain {domain!r} is not the standard ONNX domain"
         elif op_type in OWN_CONVERTERS:
             reason = gaps.get((domain, op_type), "")
