@@ -39,10 +39,19 @@ def _name(info) -> str:
 
 
 def tile_shape(channel_blocks: int, rows: int) -> tuple[int, int]:
-    """(rows R, channel blocks V) of the register tile: V up to 4 blocks of 16 channels, R up
-    to 8 rows, R*V accumulators at most 24 of AVX-512's 32 registers."""
-    blocks = _largest_divisor(channel_blocks, _MAX_CHANNEL_BLOCKS)
-    return _largest_divisor(rows, min(_MAX_ROWS, _ACCUMULATORS // blocks)), blocks
+    """(rows R, channel blocks V) of the register tile: the most accumulators R*V (at most 24
+    of AVX-512's 32 registers) with V up to 4 blocks of 16 channels and R up to 8 rows, each
+    dividing its axis; ties go to more rows (each weight block is then reused more). Taking V
+    first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7 has no divisor <= 6):
+    768 GOP/s against 1800 for the 56x56 ones (aotc profile)."""
+    best = (1, 1)
+    for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
+        if channel_blocks % blocks:
+            continue
+        r = _largest_divisor(rows, min(_MAX_ROWS, _ACCUMULATORS // blocks))
+        if (r * blocks, r) > (best[0] * best[1], best[0]):
+            best = (r, blocks)
+    return best
 
 
 class Int8Dot(ScheduleRule):
