@@ -98,10 +98,12 @@ def main(verbose: bool) -> None:
 @click.option("--no-shipped-logs", "no_shipped", is_flag=True,
               help="Do not apply the tuning logs shipped with aotc (tuning_logs/).")
 @click.option("--quantize", type=click.Choice(QUANTIZE_MODES),
-              help="Run conv2d/matmul layers in int8, calibrated on --calib; prints and writes "
-                   "an accuracy report (OUTPUT.quant.json).")
+              help="Run conv2d/matmul layers in int8, calibrated on --calib (int8-dynamic: "
+                   "matmuls measure their range per run); prints and writes an accuracy report "
+                   "(OUTPUT.quant.json).")
 @click.option("--calib", type=click.Path(exists=True),
-              help="Calibration samples: a .npz of named arrays or a folder of .npy files.")
+              help="Calibration samples: a .npz of named arrays or a folder of .npy files "
+                   "(int8-dynamic: optional, for the convolutions).")
 @click.option("--calib-method", type=click.Choice(CALIBRATION_METHODS), default="percentile",
               show_default=True, help="How activation ranges are chosen.")
 @click.option("--percentile", type=float, default=99.99, show_default=True,
@@ -150,7 +152,7 @@ def _quantize_options(mode, calib, method, percentile, skip_layers, keep_first_l
         if calib or evaluation:
             raise click.UsageError("--calib/--eval need --quantize int8")
         return None
-    if not calib:
+    if not calib and mode == "int8":
         raise click.UsageError("--quantize int8 needs --calib SAMPLES (a .npz or a folder of "
                                ".npy files) to measure activation ranges")
     skip = tuple(n.strip() for n in skip_layers.split(",") if n.strip())

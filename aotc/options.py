@@ -10,7 +10,11 @@ from pathlib import Path
 OPT_LEVELS = (0, 1, 2, 3)
 
 
-QUANTIZE_MODES = ("int8",)
+# int8: every layer's activation range calibrated ahead of time. int8-dynamic: matmul layers
+# measure their activation's range on every run (as onnxruntime's quantize_dynamic): robust to
+# the outliers of transformer activations; convolutions are calibrated when samples are given.
+QUANTIZE_MODES = ("int8", "int8-dynamic")
+DYNAMIC = "dynamic"  # the range of a layer quantized per run (CompileOptions.int8_ranges)
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 
 
@@ -18,7 +22,8 @@ CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 class QuantizeOptions:
     """What ``--quantize int8`` needs (compiler/quantize).
     calibration: samples for the activation ranges (a .npz, a folder of .npy, or an iterable
-        of feeds: compiler/quantize/samples.py).
+        of feeds: compiler/quantize/samples.py); optional for "int8-dynamic".
+    mode: see QUANTIZE_MODES.
     method: "minmax" | "percentile" | "entropy" (compiler/quantize/observers.py).
     percentile: for "percentile", the share of values kept inside the range.
     skip_layers: site names ("conv2d_0", "matmul_3"; --explain and the report list them) that
@@ -27,7 +32,7 @@ class QuantizeOptions:
         the most error for the least time).
     evaluation: held-out samples for the accuracy report (default: the calibration ones)."""
 
-    calibration: object
+    calibration: object = None
     mode: str = "int8"
     method: str = "percentile"
     percentile: float = 99.99
@@ -38,6 +43,8 @@ class QuantizeOptions:
     def __post_init__(self):
         if self.mode not in QUANTIZE_MODES:
             raise ValueError(f"quantize mode must be one of {QUANTIZE_MODES}, got {self.mode!r}")
+        if self.mode == "int8" and self.calibration is None:
+            raise ValueError("int8 quantization needs calibration samples (or use int8-dynamic)")
         if self.method not in CALIBRATION_METHODS:
             raise ValueError(f"calibration method must be one of {CALIBRATION_METHODS}, got {self.method!r}")
         if not 50.0 < self.percentile <= 100.0:
@@ -58,7 +65,7 @@ class CompileOptions:
     explain: record, pass by pass, the time and what changed (ops, kernels).
     dump_ir: a folder; the IR after every pass is written there.
     int8_ranges: site name (compiler/quantize/sites.py) -> (low, high) of its activation, as
-        calibration measured it (aotc.compile(quantize=...) fills it): those contractions run
+        calibration measured it, or DYNAMIC (measured on every run) (aotc.compile(quantize=...) fills it): those contractions run
         in int8. None: float32.
     schedules: where tuned schedules come from (``aotc.schedules.TunedSchedules``, made from
         tuning logs by ``aotc.compile(tuning_logs=...)``): asked first for every kernel, the

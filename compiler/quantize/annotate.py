@@ -8,6 +8,8 @@ the quantization error in it (the "fake-quantized" model): it is what realize mu
 For a site ``conv2d(x, W)``:
     xq = quantize(x, sx, zx) : uint8          (per tensor, from the calibrated range)
     conv2d(dequantize(xq, sx, zx), dequantize(Wq, sw, 0))   (Wq int8, sw per output channel)
+A site whose range is DYNAMIC (int8-dynamic matmuls) gets sx and zx computed from its
+activation's min and max on every run instead (two reductions and scalar arithmetic).
 Sites without a range (skipped layers, first/last kept in float32) are left alone."""
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
+
+from aotc.options import DYNAMIC
 
 from ..relax_walk import mutate_functions
 from .params import ActivationParams, quantize_weight
@@ -40,8 +44,7 @@ class _Annotator(relax.PyExprMutator):
             return
         x = self.visit_expr(site.activation)
         if x not in self.quantized:
-            params = ActivationParams.from_range(*self.ranges[site.name])
-            scale, zero = _scalar(params.scale, "float32"), _scalar(params.zero_point, "int32")
+            scale, zero = self._scale_and_zero(x, self.ranges[site.name])
             xq = self.builder_.emit(relax.op.quantize(x, scale, zero, -1, "uint8"), "xq")
             self.quantized[x] = self.builder_.emit(
                 relax.op.dequantize(xq, scale, zero, -1, "float32"), "xdq")
@@ -54,6 +57,21 @@ class _Annotator(relax.PyExprMutator):
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else \
             self.builder_.emit_output
         self.set_var_remap(binding.var, emit(call, binding.var.name))
+
+
+    def _scale_and_zero(self, x, measured):
+        if measured != DYNAMIC:
+            params = ActivationParams.from_range(*measured)
+            return _scalar(params.scale, "float32"), _scalar(params.zero_point, "int32")
+        # ActivationParams.from_range, in Relax, on this run's values
+        op, emit = relax.op, self.builder_.emit
+        low = emit(op.minimum(op.min(x), _scalar(0.0, "float32")), "x_low")
+        high = emit(op.maximum(op.max(x), _scalar(0.0, "float32")), "x_high")
+        scale = emit(op.maximum(op.divide(op.subtract(high, low), _scalar(255.0, "float32")),
+                                _scalar(1e-12, "float32")), "x_scale")
+        zero = emit(op.astype(op.clip(op.round(op.negative(op.divide(low, scale))), 0, 255),
+                              "int32"), "x_zero")
+        return scale, zero
 
 
 @tvm.transform.module_pass(opt_level=0, name="AnnotateInt8")

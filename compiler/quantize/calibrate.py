@@ -41,9 +41,10 @@ class _Exposer(relax.PyExprMutator):
         self.set_var_remap(binding.var, out)
 
 
-def observed_module(mod: tvm.IRModule, sites: list[Site]) -> tuple[tvm.IRModule, list[str]]:
-    """(``mod`` whose main returns (its outputs, activation 0, activation 1, ...), the site
-    whose activation each extra output is, first site per distinct activation)."""
+def observed_module(mod: tvm.IRModule, sites: list[Site]
+                    ) -> tuple[tvm.IRModule, list[str], list]:
+    """(``mod`` whose main returns (its outputs, activation 0, activation 1, ...), the first
+    site of each distinct activation, the activations)."""
     activations, owners = [], []
     for site in sites:
         if not any(site.activation.same_as(a) for a in activations):
@@ -58,7 +59,7 @@ def observed_module(mod: tvm.IRModule, sites: list[Site]) -> tuple[tvm.IRModule,
     mod = mod.clone()
     ret = relax.TupleType([main.ret_ty, *[e.ty for e in extra]])
     mod["main"] = relax.Function(main.params, body, ret, main.is_pure, main.attrs)
-    return relax.transform.Normalize()(mod), owners
+    return relax.transform.Normalize()(mod), owners, activations
 
 
 @dataclass
@@ -67,6 +68,7 @@ class CalibrationRun:
     vm: object
     input_names: list[str]
     owners: list[str]
+    activations: list  # the Relax expressions observed, in output order
 
     def run(self, feed: dict) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         device = tvm.cpu()
@@ -85,13 +87,13 @@ def build_observed(mod: tvm.IRModule, sites: list[Site], input_names: list[str],
     """Compile the observed module (``mod`` as the quantize phase would receive it) from the
     quantize phase on, in float32; ``finalize`` is the target's post-scheduling pipeline."""
     from ..pipeline import run_phases
-    observed, owners = observed_module(mod, sites)
+    observed, owners, activations = observed_module(mod, sites)
     float_options = CompileOptions(opt_level=options.opt_level,
                                    disabled_passes=options.disabled_passes)
     observed = run_phases(observed, spec, target, float_options, start_at="quantize")
     executable = relax.build(observed, target, relax_pipeline=finalize(spec, target))
     vm = relax.VirtualMachine(executable, tvm.cpu())
-    return CalibrationRun(vm, input_names, owners)
+    return CalibrationRun(vm, input_names, owners, activations)
 
 
 def calibrate(run: CalibrationRun, sites: list[Site], samples: list[dict], method: str,
@@ -99,27 +101,22 @@ def calibrate(run: CalibrationRun, sites: list[Site], samples: list[dict], metho
               progress: Callable[[str], None] | None = None) -> dict[str, tuple[float, float]]:
     """site name -> (low, high) over ``samples`` by ``method`` (observers.METHODS)."""
     say = progress or (lambda _msg: None)
-    watched = {owner: observers.create(method, percentile) for owner in run.owners}
+    owners = owner_of(run, sites)
+    watched = {owner: observers.create(method, percentile) for owner in set(owners.values())}
     for i, feed in enumerate(samples):
         _, activations = run.run(feed)
-        for owner, values in activations.items():
-            watched[owner].update(values)
+        for owner, observer in watched.items():
+            observer.update(activations[owner])
         if (i + 1) % max(1, len(samples) // 10) == 0 or i + 1 == len(samples):
             say(f"calibrating: {i + 1}/{len(samples)} samples")
-    owner_of = _owner_of(sites, run.owners)
-    return {site.name: watched[owner_of[site.name]].range() for site in sites}
+    return {site.name: watched[owners[site.name]].range() for site in sites}
 
 
-def _owner_of(sites: list[Site], owners: list[str]) -> dict[str, str]:
-    """site name -> the site that owns (first observed) its activation."""
-    by_activation, out = [], {}
+def owner_of(run: CalibrationRun, sites: list[Site]) -> dict[str, str]:
+    """site name -> the observed output (named by its first site) holding its activation."""
+    out = {}
     for site in sites:
-        for activation, owner in by_activation:
+        for activation, owner in zip(run.activations, run.owners):
             if site.activation.same_as(activation):
                 out[site.name] = owner
-                break
-        else:
-            by_activation.append((site.activation, site.name))
-            out[site.name] = site.name
-    assert set(out.values()) <= set(owners)
     return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from aotc.errors import CompileError
-from aotc.options import CompileOptions, QuantizeOptions
+from aotc.options import DYNAMIC, CompileOptions, QuantizeOptions
 
 from ..pipeline import in_phase, run_phases
 from . import samples as sample_io
@@ -39,7 +39,26 @@ def chosen_sites(sites: list[Site], settings: QuantizeOptions) -> tuple[list[Sit
     if settings.keep_first_last and sites:
         skipped.setdefault(names[0], "first layer kept in float32")
         skipped.setdefault(names[-1], "last layer kept in float32")
+    if settings.calibration is None:  # int8-dynamic without samples: matmuls only
+        for site in sites:
+            if not _dynamic(site, settings):
+                skipped.setdefault(site.name, "no calibration samples")
     return [s for s in sites if s.name not in skipped], skipped
+
+
+def _dynamic(site: Site, settings: QuantizeOptions) -> bool:
+    """Whether the site's activation range is measured per run (int8-dynamic matmuls)."""
+    return settings.mode == "int8-dynamic" and site.call.op.name == "relax.matmul"
+
+
+def _report_samples(settings: QuantizeOptions, calibration: list[dict], signature):
+    """(samples, what they are) for the accuracy report."""
+    from aotc.runtime.inputs import random_inputs
+    if settings.evaluation is not None:
+        return sample_io.read_samples(settings.evaluation, signature), "held-out samples"
+    if calibration:
+        return calibration, "calibration samples"
+    return [random_inputs(signature, seed=k) for k in range(4)], "random inputs"
 
 
 def prepare(imported, spec, target, options: CompileOptions, settings: QuantizeOptions,
@@ -51,17 +70,20 @@ def prepare(imported, spec, target, options: CompileOptions, settings: QuantizeO
         raise CompileError("--quantize int8: the model has no conv2d or matmul with constant "
                            "weights that int8 can take" + (" (all skipped)" if skipped else ""))
     input_names = imported.signature.input_names()
-    calibration = sample_io.read_samples(settings.calibration, imported.signature)
-    evaluation = (sample_io.read_samples(settings.evaluation, imported.signature)
-                  if settings.evaluation is not None else calibration)
-    say(f"calibration build: {len(sites)} int8 layers, {len(calibration)} samples")
+    calibration = ([] if settings.calibration is None else
+                   sample_io.read_samples(settings.calibration, imported.signature))
+    evaluation, evaluated_on = _report_samples(settings, calibration, imported.signature)
+    static = [s for s in sites if not _dynamic(s, settings)]
+    say(f"calibration build: {len(sites)} int8 layers ({len(sites) - len(static)} dynamic), "
+        f"{len(calibration)} samples")
     run = in_phase("calibration build", lambda: build_observed(
         mod, sites, input_names, spec, target, options, finalize))
-    ranges = calibrate(run, sites, calibration, settings.method, settings.percentile, say)
+    ranges = {s.name: DYNAMIC for s in sites if _dynamic(s, settings)}
+    if static:
+        ranges.update(calibrate(run, static, calibration, settings.method, settings.percentile,
+                                say))
     options = dataclasses.replace(options, int8_ranges=ranges)
-    return Prepared(options, run, sites, skipped, evaluation,
-                    "held-out samples" if settings.evaluation is not None
-                    else "calibration samples")
+    return Prepared(options, run, sites, skipped, evaluation, evaluated_on)
 
 
 def evaluate(prepared: Prepared, model_path, settings: QuantizeOptions,
@@ -69,7 +91,7 @@ def evaluate(prepared: Prepared, model_path, settings: QuantizeOptions,
     """The accuracy report (report.py) of the compiled int8 model at ``model_path``."""
     from aotc.runtime import load
 
-    from .calibrate import _owner_of
+    from .calibrate import owner_of
     from .report import layer_errors, output_errors
     say(f"accuracy: int8 vs float32 on {len(prepared.evaluation)} {prepared.evaluated_on}")
     model = load(model_path)
@@ -80,10 +102,11 @@ def evaluate(prepared: Prepared, model_path, settings: QuantizeOptions,
         outputs = model.run(feed)
         quantized.append([outputs[n] for n in names])
     ranges = prepared.options.int8_ranges
-    owner_of = _owner_of(prepared.sites, prepared.run.owners)
+    owners = owner_of(prepared.run, prepared.sites)
     return {"mode": settings.mode, "method": settings.method,
             "samples": len(prepared.evaluation), "evaluated_on": prepared.evaluated_on,
             "int8_layers": len(prepared.sites), "float32_layers": prepared.skipped,
+            "calibrated_layers": sum(r != DYNAMIC for r in ranges.values()),
             "outputs": output_errors(names, reference, quantized),
             "layers": layer_errors(prepared.run, prepared.sites, ranges, prepared.evaluation,
-                                   owner_of)}
+                                   owners)}

@@ -6,7 +6,9 @@ optionally followed by ``add(_, bias)`` with a per-output-channel constant bias,
     acc  = int8 kernel(xq, prepacked Wq)                        int32, int8_kernels.py
     y    = float32(acc + offset) * (sx * sw)                    per output channel
 where the int32 ``offset`` = round(bias / (sx * sw)) - zx * sum(Wq) holds the bias and the
-activation zero point's correction (exact in int32). Only ``y`` is float32, and FuseOps puts it
+activation zero point's correction (exact in int32). When sx and zx are computed at run time
+(int8-dynamic matmuls) the correction is zx * sum(Wq) at run time and the bias is added in
+float32. Only ``y`` is float32, and FuseOps puts it
 in the kernel's epilogue along with what follows (ReLU, residual add) and the next site's
 quantize: between int8 kernels only uint8 tensors travel, no dequantize/quantize round trip.
 The weights are packed at compile time into the block layout the dot-product instruction reads
@@ -33,8 +35,8 @@ class _Int8Site:
     kind: str                 # "conv2d" | "matmul"
     call: relax.Call
     xq: relax.Expr
-    x_scale: float
-    x_zero: int
+    x_scale: float | relax.Expr   # an expression when measured per run
+    x_zero: int | relax.Expr
     wq: np.ndarray            # int8, HWIO or [K, N]
     w_scale: np.ndarray       # float32 per output channel
 
@@ -64,14 +66,21 @@ def _match(call: relax.Call, lookup) -> _Int8Site | None:
     wq, sx, zx = _const_value(w.args[0], lookup), _const_value(x.args[1], lookup), \
         _const_value(x.args[2], lookup)
     sw, zw = _const_value(w.args[1], lookup), _const_value(w.args[2], lookup)
-    if any(v is None for v in (wq, sx, zx, sw, zw)) or wq.dtype != np.int8 or sx.size != 1 \
-            or zx.size != 1 or np.any(zw != 0):
+    if any(v is None for v in (wq, sw, zw)) or wq.dtype != np.int8 or np.any(zw != 0):
         return None
+    if sx is None or zx is None:  # measured per run: matmuls only (conv pads with zx)
+        if kind != "matmul" or static_shape(x.args[1]) != [] or static_shape(x.args[2]) != []:
+            return None
+        sx, zx = x.args[1], x.args[2]
+    elif sx.size != 1 or zx.size != 1:
+        return None
+    else:
+        sx, zx = float(sx), int(zx)
     channels = wq.shape[-1]
     if wq.ndim != (4 if kind == "conv2d" else 2) or int(w.attrs.axis) % wq.ndim != wq.ndim - 1 \
             or sw.size not in (1, channels):
         return None
-    return _Int8Site(kind, call, x.args[0], float(sx), int(zx),
+    return _Int8Site(kind, call, x.args[0], sx, zx,
                      wq, np.broadcast_to(sw.astype(np.float32), (channels,)).copy())
 
 
@@ -106,6 +115,9 @@ class _Realizer(relax.PyExprMutator):
         self._emit(binding.var, site, None)
 
     def _emit(self, var, site: _Int8Site, bias):
+        if isinstance(site.x_scale, relax.Expr):
+            self._emit_dynamic(var, site, bias)
+            return
         scale = (site.x_scale * site.w_scale).astype(np.float32)
         offset = -site.x_zero * site.wq.reshape(-1, site.wq.shape[-1]).astype(np.int64).sum(0)
         if bias is not None:
@@ -118,16 +130,33 @@ class _Realizer(relax.PyExprMutator):
         y = relax.op.multiply(relax.op.astype(y, "float32"), relax.const(scale))
         if bias is not None:  # too large for int32 next to this scale: added in float32
             y = relax.op.add(self.builder_.emit(y), relax.const(bias))
+        self._bind(var, y)
+
+    def _emit_dynamic(self, var, site: _Int8Site, bias):
+        """float32(acc - zx * sum(Wq)) * sx * sw (+ bias), with sx and zx of this run."""
+        op = relax.op
+        sums = site.wq.reshape(-1, site.wq.shape[-1]).astype(np.int64).sum(0).astype(np.int32)
+        zero, scale = self.visit_expr(site.x_zero), self.visit_expr(site.x_scale)
+        acc = self.builder_.emit_te(*_kernel(site, self.visit_expr(site.xq)),
+                                    primfunc_name_hint=f"{site.kind}_int8")
+        y = op.subtract(acc, op.multiply(zero, relax.const(sums)))
+        y = op.multiply(op.multiply(op.astype(y, "float32"), scale), relax.const(site.w_scale))
+        if bias is not None:
+            y = op.add(self.builder_.emit(y), relax.const(bias))
+        self._bind(var, y)
+
+    def _bind(self, var, value):
         emit = self.builder_.emit if isinstance(var, relax.DataflowVar) else \
             self.builder_.emit_output
-        self.set_var_remap(var, emit(y, var.name))
+        self.set_var_remap(var, emit(value, var.name))
 
 
 def _kernel(site: _Int8Site, xq):
     """(te function, args, kwargs) for emit_te."""
-    if site.kind == "matmul":
+    if site.kind == "matmul":  # K padding meets zero weights: any pad value will do
+        zero = site.x_zero if isinstance(site.x_zero, int) else 0
         return (int8_kernels.matmul, xq, relax.const(int8_kernels.pack_matmul_weight(site.wq)),
-                site.wq.shape[1], site.x_zero)
+                site.wq.shape[1], zero)
     attrs = site.call.attrs
     padding = [int(p) for p in attrs.padding]
     return (int8_kernels.conv2d_nhwc, xq, relax.const(int8_kernels.pack_conv_weight(site.wq)),

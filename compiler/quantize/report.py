@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from aotc.options import DYNAMIC
+
 from .calibrate import CalibrationRun
 from .params import ActivationParams, quantize_weight, sqnr_db
 from .sites import Site
@@ -48,7 +50,9 @@ def layer_errors(run: CalibrationRun, sites: list[Site], ranges: dict, samples: 
         _, activations = run.run(feed)
         for site in sites:
             x = activations[owner_of[site.name]]
-            params = ActivationParams.from_range(*ranges[site.name])
+            measured = ranges[site.name]
+            params = ActivationParams.from_range(
+                *((x.min(), x.max()) if measured == DYNAMIC else measured))
             signal[site.name].append(sqnr_db(x, params.fake_quantize(x)))
     rows = []
     for site in sites:
@@ -56,18 +60,23 @@ def layer_errors(run: CalibrationRun, sites: list[Site], ranges: dict, samples: 
         wq, sw = quantize_weight(weight, site.weight_axis)
         shape = [1] * weight.ndim
         shape[site.weight_axis] = -1
-        rows.append({"layer": site.name, "activation_range": list(ranges[site.name]),
+        measured = ranges[site.name]
+        rows.append({"layer": site.name,
+                     "activation_range": measured if measured == DYNAMIC else list(measured),
                      "activation_sqnr_db": float(np.median(signal[site.name])),
                      "weight_sqnr_db": sqnr_db(weight, wq * sw.reshape(shape))})
     return sorted(rows, key=lambda r: r["activation_sqnr_db"])
 
 
 def table(report: dict) -> str:
-    lines = [f"int8 accuracy on {report['samples']} {report['evaluated_on']} "
-             f"(calibration: {report['method']}):"]
+    ranges = ("per run for matmuls" if report["mode"] == "int8-dynamic" else "") + (
+        f"{', ' if report['mode'] == 'int8-dynamic' else ''}{report['method']} calibration"
+        if report["calibrated_layers"] else "")
+    lines = [f"{report['mode']} accuracy on {report['samples']} {report['evaluated_on']} "
+             f"(activation ranges: {ranges}):"]
     for row in report["outputs"]:
-        top1 = f", top-1 agreement {row['top1_agreement']:.1%}" if "top1_agreement" in row \
-            else ""
+        top1 = (f", argmax agreement {row['top1_agreement']:.1%} (top-1, for a classifier)"
+                if "top1_agreement" in row else "")
         lines.append(f"  {row['output']}: max |diff| {row['max_abs_error']:.4g}, cosine "
                      f"{row['cosine']:.5f}{top1}")
     lines.append(f"  {report['int8_layers']} int8 layers; float32: "

@@ -91,3 +91,22 @@ def test_annotate_without_ranges_is_identity():
     before = _module()
     tvm.ir.assert_structural_equal(AnnotateInt8({})(before), before)
     tvm.ir.assert_structural_equal(RealizeInt8()(before), before)
+
+
+def test_dynamic_matmul_range_per_run():
+    """int8-dynamic: the matmul's activation scale and zero point are computed from this run's
+    min and max (reductions in the IR); realize subtracts zx * sum(Wq) at run time. The conv
+    keeps its calibrated range."""
+    before = _module()
+    ranges = {"conv2d_0": (-8.0, 8.0), "matmul_0": "dynamic"}
+    annotated = AnnotateInt8(ranges)(before)
+    assert {"relax.min", "relax.max"} <= set(main_ops(annotated))
+    realized = RealizeInt8()(annotated)
+    ops = main_ops(realized)
+    assert "relax.dequantize" not in ops and "relax.matmul" not in ops
+    assert ops.count("relax.subtract") == 2  # -low and acc - zx * sum(Wq)
+    x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
+    reference, real = _run(before, x), _run(realized, x)
+    cosine = float(real.ravel() @ reference.ravel()
+                   / np.linalg.norm(real) / np.linalg.norm(reference))
+    assert cosine > 0.99

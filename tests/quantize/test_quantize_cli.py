@@ -29,7 +29,8 @@ def test_compile_int8_cli_against_onnxruntime(tiny_onnx, tmp_path):
     result = invoke("compile", tiny_onnx, "-o", out, "--quantize", "int8", "--calib", calib,
                     "--calib-method", "minmax")
     assert result.exit_code == 0, result.output
-    assert "int8 accuracy on 16 calibration samples" in result.output
+    assert "int8 accuracy on 16 calibration samples (activation ranges: minmax calibration)" \
+        in result.output
     assert "2 int8 layers" in result.output
     report = json.loads((tmp_path / "tiny8.so.quant.json").read_text())
     assert report["method"] == "minmax" and report["outputs"][0]["cosine"] > 0.999
@@ -64,3 +65,17 @@ def test_calibration_errors_name_the_problem(tiny_onnx, tmp_path):
     result = invoke("compile", tiny_onnx, "-o", tmp_path / "a.so", "--quantize", "int8",
                     "--calib", tmp_path / "other.npz")
     assert result.exit_code == 1 and "no array for input(s) x" in result.output
+
+
+def test_int8_dynamic_needs_no_samples(tiny_onnx, tmp_path):
+    """int8-dynamic without --calib: the matmul is int8 with its range measured per run, the
+    conv stays float32 (named in the report), the report runs on random inputs."""
+    result = invoke("compile", tiny_onnx, "-o", tmp_path / "d.so", "--quantize", "int8-dynamic")
+    assert result.exit_code == 0, result.output
+    assert "int8-dynamic accuracy on 4 random inputs (activation ranges: per run for matmuls)" \
+        in result.output
+    assert "1 int8 layers; float32: conv2d_0 (no calibration samples)" in result.output
+    x = RNG.standard_normal((1, 8, 12, 12)).astype(np.float32) * 10
+    want = ort.InferenceSession(str(tiny_onnx)).run(None, {"x": x})[0]
+    got = aotc.load(tmp_path / "d.so").run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
