@@ -123,6 +123,23 @@ def _blocks_and_contraction(sch: s_tir.Schedule):
     return infos, reductions[0] if len(reductions) == 1 else None
 
 
+def _same_output_shape(sch: s_tir.Schedule, producer, consumer) -> bool:
+    """Whether ``consumer`` writes a buffer of the shape ``producer`` writes. TVM's
+    reverse_compute_inline accepts a consumer that reads only part of its producer (a crop of
+    channels padded to whole blocks, a slice of a combined projection) and then runs it over
+    the producer's whole domain: the int8 classifier of MobileNetV2 (1008 padded columns, 1000
+    real) wrote 8 floats past its output and corrupted the heap. Such a consumer is scheduled
+    on its own instead."""
+    def shape(block):
+        return [int(d) if isinstance(d, tirx.IntImm) else d
+                for d in sch.get(block).writes[0].source.shape]
+    first, second = shape(producer), shape(consumer)
+    return len(first) == len(second) and all(
+        isinstance(a, int) and isinstance(b, int) and a == b or
+        not isinstance(a, int) and not isinstance(b, int) and a.same_as(b)
+        for a, b in zip(first, second))
+
+
 class Contraction(ScheduleRule):
     """Register-blocked, vectorized schedule for conv2d (NHWC/HWIO), matmul and batch matmul."""
 
@@ -294,6 +311,8 @@ class Contraction(ScheduleRule):
             if len(consumers) != 1 or not sch.get(consumers[0]).same_as(
                     sch.get(remaining[0].block_rv)):
                 break
+            if not _same_output_shape(sch, write_back, remaining[0].block_rv):
+                break  # a crop or slice: see _same_output_shape
             try:
                 sch.reverse_compute_inline(remaining[0].block_rv)
             except ScheduleError:  # not elementwise: stays at root

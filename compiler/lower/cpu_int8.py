@@ -81,6 +81,8 @@ class Int8Dot(ScheduleRule):
         kinds = main.dom_kind()
         spatial = [l for l, k in zip(loops, kinds) if k == "S"]
         reduce = [l for l, k in zip(loops, kinds) if k == "R"]
+        if len(spatial) < 2:  # one output row (unit axes are dropped): a new unit row axis
+            spatial.insert(0, sch.add_unit_loop(spatial[0]))
         channel_outer, channel_lane = sch.split(spatial[-1], factors=[None, LANES])
         reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, GROUP])
         rows, blocks = tile_shape(_extent(sch, channel_outer), _extent(sch, spatial[-2]))
@@ -95,12 +97,18 @@ class Int8Dot(ScheduleRule):
         write_back = sch.cache_write(block, 0, "global")
         crop = epilogues[0].block_rv if epilogues and _name(epilogues[0]).startswith(
             "aotc_int8_crop") else None
-        Contraction._inline_epilogues(sch, crop or write_back,
-                                      epilogues[1:] if crop else epilogues, lanes)
+        if crop is None:
+            Contraction._inline_epilogues(sch, write_back, epilogues, lanes)
+        else:
+            # Output channels padded to whole blocks: the tile writes the padded accumulator
+            # and the crop (epilogue inlined into it) runs on its own over the real channels.
+            # Computed under the tile loop, reverse_compute_at did not clip the crop to the
+            # real extent: the last tile wrote past the output (heap corruption seen in
+            # MobileNetV2's 1000-class matmul; tests/quantize/test_int8_kernels.py).
+            Contraction._inline_epilogues(sch, crop, epilogues[1:], lanes)
+            schedule_injective_block(sch, crop, lanes)
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(write_back)[-1])
-        if crop is not None:
-            sch.reverse_compute_at(crop, tile, preserve_unit_loops=True)
         init = sch.decompose_reduction(block, reduce[0] if len(reduce) > 1 else reduce_outer)
         sch.vectorize(sch.get_loops(init)[-1])
         sch.tensorize(channel_lane, intrinsic)

@@ -26,7 +26,7 @@ class ActivationParams:
         return ActivationParams(scale, int(np.clip(round(-low / scale), 0, U8_MAX)))
 
     def fake_quantize(self, x: np.ndarray) -> np.ndarray:
-        q = np.clip(np.round(x / self.scale) + self.zero_point, 0, U8_MAX)
+        q = np.clip(np.rint(x / self.scale) + self.zero_point, 0, U8_MAX)  # half to even
         return ((q - self.zero_point) * self.scale).astype(np.float32)
 
 

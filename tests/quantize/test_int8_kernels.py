@@ -8,11 +8,29 @@ import pytest
 import tvm
 from tvm import te
 
+from aotc.compiler.lower.cpu_contraction import Contraction
 from aotc.compiler.lower.cpu_int8 import Int8Dot, tile_shape
 from aotc.compiler.quantize import int8_kernels as k
 
 VNNI = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 RNG = np.random.default_rng(0)
+
+
+GUARD = 4096  # float32/int32 elements past the output, checked untouched (out-of-bounds writes)
+SENTINEL = 12345
+
+
+def _guarded_output(shape):
+    """(view of ``shape``, the whole buffer) with GUARD sentinel elements behind the view."""
+    size = int(np.prod(shape))
+    whole = tvm.runtime.tensor(np.full(size + GUARD, SENTINEL, np.int32))
+    return whole._create_view(tuple(shape)), whole
+
+
+def _check_guard(whole, shape):
+    tail = whole.numpy()[int(np.prod(shape)):]
+    assert np.all(tail == SENTINEL), f"kernel wrote {np.sum(tail != SENTINEL)} elements " \
+        "past its output"
 
 
 def _build(out, inputs, target=VNNI):
@@ -39,7 +57,7 @@ def _conv_reference(x, w, zero, stride, pad, dilation):
 
 
 @pytest.mark.parametrize("ic,oc,stride,pad,dilation", [(3, 24, 2, 1, 1), (32, 64, 1, 2, 2),
-                                                        (16, 16, 1, 0, 1)])
+                                                        (16, 16, 1, 0, 1), (8, 40, 1, 1, 1)])
 def test_conv2d_matches_integer_reference(ic, oc, stride, pad, dilation):
     x = RNG.integers(0, 256, (1, 11, 9, ic)).astype(np.uint8)
     w = RNG.integers(-127, 128, (3, 3, ic, oc)).astype(np.int8)
@@ -51,24 +69,35 @@ def test_conv2d_matches_integer_reference(ic, oc, stride, pad, dilation):
                         (dilation, dilation), zero)
     lib = _build(out, [xt, wt])
     want = _conv_reference(x, w, zero, stride, pad, dilation)
-    got = tvm.runtime.tensor(np.zeros(want.shape, np.int32))
+    got, whole = _guarded_output(want.shape)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_array_equal(got.numpy(), want)
+    _check_guard(whole, want.shape)
     assert "vpdpbusd" in lib.mod.inspect_source("asm")
 
 
-def test_matmul_with_leading_axes():
-    x = RNG.integers(0, 256, (2, 5, 30)).astype(np.uint8)
-    w = RNG.integers(-127, 128, (30, 20)).astype(np.int8)
+@pytest.mark.parametrize("m,n", [(5, 20), (1, 1000)])
+def test_matmul_with_leading_axes(m, n):
+    """Ragged K (30) and N (20, and a 1000-class classifier: 63 blocks of 16, three per tile:
+    its last tile once wrote past the output)."""
+    x = RNG.integers(0, 256, (2, m, 30)).astype(np.uint8)
+    w = RNG.integers(-127, 128, (30, n)).astype(np.int8)
     xt = te.placeholder(x.shape, "uint8", "x")
     packed = k.pack_matmul_weight(w)
     wt = te.placeholder(packed.shape, "int8", "w")
-    lib = _build(k.matmul(xt, wt, 20, 3), [xt, wt])
-    got = tvm.runtime.tensor(np.zeros((2, 5, 20), np.int32))
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    xp = np.concatenate([x, np.full((2, 5, 2), 3, np.uint8)], -1).astype(np.int64)
-    wp = np.concatenate([w, np.zeros((2, 20), np.int8)]).astype(np.int64)
-    np.testing.assert_array_equal(got.numpy(), xp @ wp)
+    offset = te.placeholder((n,), "int32", "offset")
+    acc = k.matmul(xt, wt, n, 3)
+    # the epilogue realize puts after the kernel (offset and scale per output channel)
+    out = te.compute(acc.shape, lambda b, i, j: (acc[b, i, j] + offset[j]) * 2, name="epilogue")
+    lib = _build(out, [xt, wt, offset])
+    got, whole = _guarded_output((2, m, n))
+    offsets = RNG.integers(-100, 100, n).astype(np.int32)
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), tvm.runtime.tensor(offsets),
+                got)
+    xp = np.concatenate([x, np.full((2, m, 2), 3, np.uint8)], -1).astype(np.int64)
+    wp = np.concatenate([w, np.zeros((2, n), np.int8)]).astype(np.int64)
+    np.testing.assert_array_equal(got.numpy(), (xp @ wp + offsets) * 2)
+    _check_guard(whole, (2, m, n))
 
 
 def test_no_vnni_declines():
@@ -85,3 +114,26 @@ def test_tile_shape_fits_registers():
         for rows in (1, 7, 14, 56, 128, 197):
             r, v = tile_shape(blocks, rows)
             assert blocks % v == 0 and rows % r == 0 and r * v <= 24
+
+
+@pytest.mark.parametrize("rule", [Int8Dot(), Contraction()])
+def test_padded_channels_never_written_past_the_output(rule):
+    """A 1000-class int8 classifier (columns padded to 1008) with its epilogue: each rule's
+    schedule stays inside the 1000-column output. TVM's reverse_compute_inline once merged the
+    crop into the padded write-back (Contraction: 8 floats past the output, heap corruption
+    in MobileNetV2)."""
+    x = RNG.integers(0, 256, (1, 64)).astype(np.uint8)
+    w = RNG.integers(-127, 128, (64, 1000)).astype(np.int8)
+    xt = te.placeholder(x.shape, "uint8", "x")
+    packed = k.pack_matmul_weight(w)
+    wt = te.placeholder(packed.shape, "int8", "w")
+    acc = k.matmul(xt, wt, 1000, 0)
+    out = te.compute(acc.shape, lambda i, j: acc[i, j] * 3, name="epilogue")
+    func = te.create_prim_func([xt, wt, out])
+    with VNNI:
+        sch = rule.apply(func, VNNI, False)
+    lib = tvm.compile(sch.mod, target=VNNI)
+    got, whole = _guarded_output((1, 1000))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_array_equal(got.numpy(), (x.astype(np.int64) @ w) * 3)
+    _check_guard(whole, (1, 1000))
