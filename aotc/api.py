@@ -91,7 +91,7 @@ def tune(model, target: str = "x86", trials: int | None = 64,
          log: str | Path = "tuning.jsonl", *, time_budget: float | None = None,
          search: str = "rl", input_shapes: dict[str, tuple[int, ...]] | None = None,
          example_inputs=None, seed: int = 0, options=None, rpc: str | None = None,
-         key: str | None = None, rpc_timeout: float = 60.0, measure=None,
+         key: str | None = None, rpc_timeout: float = 60.0, measure=None, quantize=None,
          progress: Callable[[str], None] | None = None):
     """Tune the kernels ``aotc.compile`` would produce for ``model`` on ``target`` and append
     what beats the default rules to ``log`` (JSON lines; resumable: kernels the log already
@@ -101,7 +101,9 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     candidates are timed on the farm's servers of that key instead of this machine; a device
     that does not finish a measurement within ``rpc_timeout`` seconds is left behind.
     ``measure``: an ``aotc.measure_settings.MeasureSettings`` for candidates and references
-    (default ``measure_settings.TUNE``).
+    (default ``measure_settings.TUNE``). ``quantize``: the ``aotc.QuantizeOptions`` the model
+    will be compiled with: its int8 kernels are tuned (calibrated the same way, so that the
+    workload keys match at compile time).
     Returns the tuning report (aotc.schedules.tune.TuneReport)."""
     from aotc.schedules import target_key
     from aotc.schedules import log as tuning_log
@@ -111,7 +113,7 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     say = progress or (lambda _msg: None)
     tasks, tvm_target, default_schedule = tuning_tasks(
         model, target, input_shapes=input_shapes, example_inputs=example_inputs,
-        options=options, progress=say)
+        options=options, quantize=quantize, progress=say)
     done, checkpoints = set(), {}
     if Path(log).is_file():
         key = target_key(tvm_target)
@@ -148,7 +150,7 @@ def _measurement(target: str, rpc: str | None, key: str | None, timeout_s: float
 
 
 def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_inputs=None,
-                 options=None, progress: Callable[[str], None] | None = None):
+                 options=None, quantize=None, progress: Callable[[str], None] | None = None):
     """(tasks, TVM target, default_schedule): the kernels compile would schedule for
     ``model`` (aotc.schedules.Task, same passes so that keys match), and the default rules
     as a function of one kernel, which tuned schedules are timed against."""
@@ -171,7 +173,13 @@ def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_input
     tvm_target = tvm.target.Target(spec.tvm_target)
     say("importing model")
     imported = import_model(model, input_shapes=input_shapes, example_inputs=example_inputs)
-    mod = run_phases(imported.mod, spec, tvm_target, options or CompileOptions(),
+    options = options or CompileOptions()
+    if quantize is not None:  # the int8 kernels compile will make: same calibration
+        from aotc.compiler.build import finalize_pipeline
+        from aotc.compiler.quantize.driver import prepare
+        options = prepare(imported, spec, tvm_target, options, quantize, finalize_pipeline,
+                          say).options
+    mod = run_phases(imported.mod, spec, tvm_target, options,
                      lambda p: say(f"phase {p}"), stop_before="schedule")
 
     def default_schedule(func):

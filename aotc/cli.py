@@ -80,6 +80,36 @@ def main(verbose: bool) -> None:
     _Ctx.verbose = verbose
 
 
+def quantize_options(command):
+    """--quantize and its calibration options, shared by compile and tune (tune needs them to
+    see the int8 kernels compile will make). The command receives them as keyword arguments
+    for _quantize_options."""
+    options = [
+        click.option("--quantize", type=click.Choice(QUANTIZE_MODES),
+                     help="Run conv2d/matmul layers in int8, calibrated on --calib (int8-dynamic: "
+                          "matmuls measure their range per run); compile prints and writes an "
+                          "accuracy report (OUTPUT.quant.json)."),
+        click.option("--calib", type=click.Path(exists=True),
+                     help="Calibration samples: a .npz of named arrays or a folder of .npy files "
+                          "(int8-dynamic: optional, for the convolutions)."),
+        click.option("--calib-method", type=click.Choice(CALIBRATION_METHODS),
+                     default="percentile", show_default=True,
+                     help="How activation ranges are chosen."),
+        click.option("--percentile", type=float, default=99.99, show_default=True,
+                     help="With --calib-method percentile: the share of values kept in range."),
+        click.option("--skip-layers", "skip_layers", metavar="NAME[,NAME...]", default="",
+                     help="Layers kept in float32 (names as the accuracy report prints them)."),
+        click.option("--keep-first-last", is_flag=True,
+                     help="Keep the first and last quantizable layers in float32."),
+        click.option("--eval", "evaluation", type=click.Path(exists=True),
+                     help="Held-out samples for the accuracy report (default: the --calib "
+                          "ones)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--target", "-t", default="x86", show_default=True, help="See `aotc targets`.")
@@ -97,27 +127,10 @@ def main(verbose: bool) -> None:
               help="Apply the records of this log (aotc tune) where they match (repeatable).")
 @click.option("--no-shipped-logs", "no_shipped", is_flag=True,
               help="Do not apply the tuning logs shipped with aotc (tuning_logs/).")
-@click.option("--quantize", type=click.Choice(QUANTIZE_MODES),
-              help="Run conv2d/matmul layers in int8, calibrated on --calib (int8-dynamic: "
-                   "matmuls measure their range per run); prints and writes an accuracy report "
-                   "(OUTPUT.quant.json).")
-@click.option("--calib", type=click.Path(exists=True),
-              help="Calibration samples: a .npz of named arrays or a folder of .npy files "
-                   "(int8-dynamic: optional, for the convolutions).")
-@click.option("--calib-method", type=click.Choice(CALIBRATION_METHODS), default="percentile",
-              show_default=True, help="How activation ranges are chosen.")
-@click.option("--percentile", type=float, default=99.99, show_default=True,
-              help="With --calib-method percentile: the share of values kept in range.")
-@click.option("--skip-layers", "skip_layers", metavar="NAME[,NAME...]", default="",
-              help="Layers kept in float32 (names as the accuracy report prints them).")
-@click.option("--keep-first-last", is_flag=True,
-              help="Keep the first and last quantizable layers in float32.")
-@click.option("--eval", "evaluation", type=click.Path(exists=True),
-              help="Held-out samples for the accuracy report (default: the --calib ones).")
+@quantize_options
 @_guard
 def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain,
-                tuning_logs, no_shipped, quantize, calib, calib_method, percentile, skip_layers,
-                keep_first_last, evaluation):
+                tuning_logs, no_shipped, **quantize):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import parse_input_shape
@@ -126,8 +139,7 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
     shapes = dict(parse_input_shape(s) for s in input_shape)
     options = CompileOptions(opt_level=opt_level, disabled_passes=disabled, explain=explain,
                              dump_ir=dump_ir)
-    int8 = _quantize_options(quantize, calib, calib_method, percentile, skip_layers,
-                             keep_first_last, evaluation)
+    int8 = _quantize_options(**quantize)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,
                          tuning_logs=list(tuning_logs), shipped_logs=not no_shipped,
@@ -146,8 +158,10 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
                f"{len(meta['kernels'])} kernels{tuned})")
 
 
-def _quantize_options(mode, calib, method, percentile, skip_layers, keep_first_last, evaluation):
+def _quantize_options(quantize, calib, calib_method, percentile, skip_layers, keep_first_last,
+                      evaluation):
     from aotc.options import QuantizeOptions
+    mode, method = quantize, calib_method
     if mode is None:
         if calib or evaluation:
             raise click.UsageError("--calib/--eval need --quantize int8")
@@ -203,9 +217,10 @@ def _measure_settings(number, repeat, min_repeat_ms, cache_flush):
 @click.option("--rpc", metavar="HOST:PORT", help="Measure on a device farm: its RPC tracker.")
 @click.option("--key", help="With --rpc: the tracker key of the devices to measure on.")
 @measure_options(TUNE_MEASURE)
+@quantize_options
 @_guard
 def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed, rpc, key,
-             number, repeat, min_repeat_ms, cache_flush):
+             number, repeat, min_repeat_ms, cache_flush, **quantize):
     """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
     those that beat the default rules). Resumes: finished kernels in the log are skipped."""
     from aotc.api import tune
@@ -217,7 +232,8 @@ def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, 
         trials = 64
     report = tune(model, target, trials, log_path, time_budget=time_budget, search=search,
                   input_shapes=shapes, seed=seed, rpc=rpc, key=key, progress=_progress(start),
-                  measure=_measure_settings(number, repeat, min_repeat_ms, cache_flush))
+                  measure=_measure_settings(number, repeat, min_repeat_ms, cache_flush),
+                  quantize=_quantize_options(**quantize))
     for line in report.lines():
         click.echo(line)
     click.echo(f"appended to {log_path}; compile with --tuning-log {log_path}")

@@ -2,9 +2,10 @@
 target's schedule rules, postprocessors and mutators), united with aotc's default rules as a
 space of their own.
 
-The default-rules space is compiler/lower's Contraction rule run on MetaSchedule's traced
-schedule with ``tunable=True``: its register tile (rows x columns) becomes two sampled
-decisions whose default values are the untuned choices. So the untuned tile is a point of
+The default-rules space is compiler/lower's Int8Dot rule (int8 kernels) or else its
+Contraction rule, run on MetaSchedule's traced schedule with ``tunable=True``: the register
+tile (rows x columns) becomes two sampled decisions whose default values are the untuned
+choices. So the untuned tile is a point of
 the search space (the first design space MetaSchedule starts from carries it), and the
 evolutionary search samples the tiles around it. Kernels that are not contractions get only
 MetaSchedule's space (the other default rules have no decisions yet)."""
@@ -19,6 +20,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import ScheduleError
 
 from aotc.compiler.lower.cpu_contraction import Contraction
+from aotc.compiler.lower.cpu_int8 import Int8Dot
 
 from aotc.errors import meaningful_line
 
@@ -31,7 +33,9 @@ def default_rules_space(target: tvm.target.Target) -> ms.space_generator.Schedul
     register_cpu_intrinsics()  # before any TuneContext sees it (intrinsics.py)
     def schedule(sch):
         try:
-            scheduled = Contraction().schedule(sch, target, tunable=True)
+            scheduled = Int8Dot().schedule(sch, target, tunable=True)
+            if scheduled is None:
+                scheduled = Contraction().schedule(sch, target, tunable=True)
         except (ScheduleError, InternalError) as err:
             # On MetaSchedule's traced schedule, TVM 0.27's reverse_compute_inline can fail
             # with an InternalError ("Cannot dispatch a null expression": EfficientNet-style

@@ -60,10 +60,16 @@ class Int8Dot(ScheduleRule):
     def apply(self, func, target: Target, tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
             return None
+        return self.schedule(s_tir.Schedule(func), target, tunable)
+
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
+        """Schedule ``sch``'s main in place (``sch`` may be MetaSchedule's traced schedule:
+        schedules/space.py); None when it is not an int8 kernel or the target has no dot
+        product. With ``tunable``, the tile's rows and channel blocks are sampled decisions
+        whose defaults are the untuned choices."""
         intrinsic = INTRINSICS.get(int8_dot(target) or "")
         if intrinsic is None:
             return None
-        sch = s_tir.Schedule(func)
         infos = normalize_prim_func(sch)
         main = _int8_block(infos)
         if main is None:
@@ -72,10 +78,25 @@ class Int8Dot(ScheduleRule):
         lanes = vector_lanes(target, 32)
         for producer in infos[:index]:
             schedule_injective_block(sch, producer.block_rv, vector_lanes(target, 8))
-        self._schedule_main(sch, main, infos[index + 1:], intrinsic, lanes)
+        self._schedule_main(sch, main, infos[index + 1:], intrinsic, lanes, tunable)
         return sch
 
-    def _schedule_main(self, sch, main, epilogues, intrinsic: str, lanes: int) -> None:
+    @staticmethod
+    def _tile(sch, channel_blocks: int, rows: int, tunable: bool):
+        """(rows, channel blocks): tile_shape's, or decisions sampled around them."""
+        default = tile_shape(channel_blocks, rows)
+        if not tunable:
+            return default
+        choices = []
+        for extent, limit, chosen in ((rows, _MAX_ROWS, default[0]),
+                                      (channel_blocks, _MAX_CHANNEL_BLOCKS, default[1])):
+            values = [d for d in range(1, min(extent, limit) + 1) if extent % d == 0]
+            choices.append(sch.sample_categorical(values, [1 / len(values)] * len(values),
+                                                  decision=values.index(chosen)))
+        return tuple(choices)
+
+    def _schedule_main(self, sch, main, epilogues, intrinsic: str, lanes: int,
+                       tunable: bool = False) -> None:
         block = main.block_rv
         loops = sch.get_loops(block)
         kinds = main.dom_kind()
@@ -85,7 +106,8 @@ class Int8Dot(ScheduleRule):
             spatial.insert(0, sch.add_unit_loop(spatial[0]))
         channel_outer, channel_lane = sch.split(spatial[-1], factors=[None, LANES])
         reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, GROUP])
-        rows, blocks = tile_shape(_extent(sch, channel_outer), _extent(sch, spatial[-2]))
+        rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
+                                  tunable)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
         outer = spatial[:-2]
@@ -102,9 +124,8 @@ class Int8Dot(ScheduleRule):
         else:
             # Output channels padded to whole blocks: the tile writes the padded accumulator
             # and the crop (epilogue inlined into it) runs on its own over the real channels.
-            # Computed under the tile loop, reverse_compute_at did not clip the crop to the
-            # real extent: the last tile wrote past the output (heap corruption seen in
-            # MobileNetV2's 1000-class matmul; tests/quantize/test_int8_kernels.py).
+            # Merged into the write-back, it ran over the padded extent: past the output
+            # (Contraction._same_output_shape; tests/quantize/test_int8_kernels.py).
             Contraction._inline_epilogues(sch, crop, epilogues[1:], lanes)
             schedule_injective_block(sch, crop, lanes)
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
