@@ -131,17 +131,24 @@ def main() -> None:
     args = parser.parse_args()
     from aotc.runtime._tvm_runtime import num_threads
     work = Path(tempfile.mkdtemp(prefix="aotc-bench-"))
+    bench_all(args.models.split(","), lambda name: bench_model(name, work, args.rounds, args.runs),
+              _format, Path(args.out), _plot,
+              {"aotc_threads": num_threads(), "rounds": args.rounds, "runs": args.runs})
+
+
+def bench_all(names, bench, format_row, out: Path, plot, settings: dict) -> list[dict]:
+    """``bench(name)`` for every model, each row printed as it comes; then the JSON (settings
+    plus rows) at ``out`` and ``plot(rows, png path)`` next to it (None: no matplotlib)."""
     rows = []
-    for name in args.models.split(","):
-        rows.append(bench_model(name, work, args.rounds, args.runs))
-        print(_format(rows[-1]), flush=True)
-    out = Path(args.out)
+    for name in names:
+        rows.append(bench(name))
+        print(format_row(rows[-1]), flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"aotc_threads": num_threads(), "rounds": args.rounds,
-                               "runs": args.runs, "rows": rows}, indent=2))
+    out.write_text(json.dumps({**settings, "rows": rows}, indent=2))
     print(f"wrote {out}")
-    plot = _plot(rows, out.with_suffix(".png"))
-    print(f"wrote {plot}" if plot else "matplotlib not installed: no plot (pip install '.[bench]')")
+    path = plot(rows, out.with_suffix(".png"))
+    print(f"wrote {path}" if path else "matplotlib not installed: no plot (pip install '.[bench]')")
+    return rows
 
 
 def _plot(rows: list[dict], path: Path) -> Path | None:

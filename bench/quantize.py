@@ -15,7 +15,6 @@ MiniLM, whose 8 other sentences are the held-out set). MiniLM needs
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import median_ms_in_subprocess, source_model  # noqa: E402
+from bench_models import bench_all, median_ms_in_subprocess, source_model  # noqa: E402
 
 ENGINES = ("aotc_fp32", "aotc_int8", "ort_fp32", "ort_int8")
 TIMER = """
@@ -181,17 +180,8 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/quantize.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="aotc-quantize-"))
-    rows = []
-    for name in args.models.split(","):
-        rows.append(bench_model(name, work, args.rounds, args.runs))
-        print(_format(rows[-1]), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rounds": args.rounds, "runs": args.runs, "rows": rows},
-                              indent=2))
-    print(f"wrote {out}")
-    plot = _plot(rows, out.with_suffix(".png"))
-    print(f"wrote {plot}" if plot else "matplotlib not installed: no plot")
+    bench_all(args.models.split(","), lambda name: bench_model(name, work, args.rounds, args.runs),
+              _format, Path(args.out), _plot, {"rounds": args.rounds, "runs": args.runs})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ parameter type does not match function signature" (tried here). Same description
 lanes, each the sum of 4 u8 x s8 products), operands reinterpreted as bytes. Importing TVM's
 ``tensor_intrin`` package would also parse every backend's intrinsics (~24 s)."""
 
-from __future__ import annotations
 
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
