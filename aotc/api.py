@@ -61,18 +61,39 @@ def _compile_int8(imported, spec, output, options, quantize, say) -> dict:
 
     from aotc.compiler import build
     from aotc.compiler.build import finalize_pipeline
-    from aotc.compiler.quantize.driver import evaluate, prepare
+    from aotc.compiler.quantize.driver import prepare
     from aotc.compiler.quantize.report import table
 
     target = tvm.target.Target(spec.tvm_target)
     prepared = prepare(imported, spec, target, options, quantize, finalize_pipeline, say)
     metadata = build(imported, spec, output, options=prepared.options, progress=say)
-    report = evaluate(prepared, output, quantize, say)
+    report = _evaluate_here(imported, spec, output, prepared, quantize, say)
     report_path = Path(f"{output}.quant.json")
     report_path.write_text(json.dumps(report, indent=1))
     metadata["quantization_report"] = {**report, "table": table(report),
                                        "path": str(report_path)}
     return metadata
+
+
+def _evaluate_here(imported, spec, output, prepared, quantize, say) -> dict:
+    """The accuracy report, measured on ``output`` or, when it cannot run here (ARM, CUDA), on
+    a build of the same int8 model for this host."""
+    import tempfile
+
+    from aotc.compiler import build
+    from aotc.compiler.quantize.driver import evaluate, host_twin
+
+    here = host_twin(spec)
+    if here is spec:
+        return evaluate(prepared, output, quantize, say)
+    with tempfile.TemporaryDirectory(prefix="aotc-int8-") as tmp:
+        twin = Path(tmp) / "host.so"
+        say(f"accuracy: {spec.name} does not run here; building the same int8 model for "
+            f"{here.name}")
+        build(imported, here, twin, options=prepared.options, progress=say)
+        report = evaluate(prepared, twin, quantize, say)
+    report["evaluated_build"] = f"{here.name} build of the same int8 model"
+    return report
 
 
 def _tuning_logs(extra, shipped_logs: bool = True) -> list[Path]:

@@ -61,8 +61,21 @@ def _report_samples(settings: QuantizeOptions, calibration: list[dict], signatur
     return [random_inputs(signature, seed=k) for k in range(4)], "random inputs"
 
 
+def host_twin(spec):
+    """``spec`` when its code runs natively here, else this host's target: calibration and the
+    accuracy report run the model, so for ARM or CUDA targets they run a host build of it (the
+    int8 arithmetic is integer sums: the same on every target)."""
+    import platform
+
+    from aotc.targets import resolve
+    if spec.arch == platform.machine() and spec.runtime_device == "cpu":
+        return spec
+    return resolve("x86")
+
+
 def prepare(imported, spec, target, options: CompileOptions, settings: QuantizeOptions,
             finalize, say: Callable[[str], None]) -> Prepared:
+    import tvm
     mod = in_phase("optimize", lambda: run_phases(imported.mod, spec, target, options,
                                                   stop_before="quantize"))
     sites, skipped = chosen_sites(main_sites(mod), settings)
@@ -76,8 +89,9 @@ def prepare(imported, spec, target, options: CompileOptions, settings: QuantizeO
     static = [s for s in sites if not _dynamic(s, settings)]
     say(f"calibration build: {len(sites)} int8 layers ({len(sites) - len(static)} dynamic), "
         f"{len(calibration)} samples")
+    here = host_twin(spec)
     run = in_phase("calibration build", lambda: build_observed(
-        mod, sites, input_names, spec, target, options, finalize))
+        mod, sites, input_names, here, tvm.target.Target(here.tvm_target), options, finalize))
     ranges = {s.name: DYNAMIC for s in sites if _dynamic(s, settings)}
     if static:
         ranges.update(calibrate(run, static, calibration, settings.method, settings.percentile,

@@ -79,3 +79,14 @@ def test_int8_dynamic_needs_no_samples(tiny_onnx, tmp_path):
     want = ort.InferenceSession(str(tiny_onnx)).run(None, {"x": x})[0]
     got = aotc.load(tmp_path / "d.so").run({"x": x})["y"]
     np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+
+
+def test_int8_for_arm_calibrates_and_reports_on_this_host(tiny_onnx, tmp_path):
+    """An aarch64 .so cannot run here: calibration and the report use an x86 build of the same
+    int8 model, and the report says so."""
+    calib = _calibration(tmp_path / "calib.npz")
+    meta = aotc.compile(tiny_onnx, "arm", tmp_path / "arm8.so",
+                        quantize=aotc.QuantizeOptions(str(calib)))
+    report = meta["quantization_report"]
+    assert report["evaluated_build"] == "x86 build of the same int8 model"
+    assert report["outputs"][0]["cosine"] > 0.999 and meta["target"]["arch"] == "aarch64"
