@@ -55,35 +55,51 @@ def _dequantize_of(expr, lookup):
 
 
 def _match(call: relax.Call, lookup) -> _Int8Site | None:
-    if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
-        return None
-    kind = {"relax.nn.conv2d": "conv2d", "relax.matmul": "matmul"}.get(call.op.name)
+    """The int8 site ``call`` is (a conv2d/matmul of two dequantize calls), or None."""
+    kind = _contraction_kind(call)
     if kind is None:
         return None
-    if kind == "conv2d" and int(call.attrs.groups) > 1:
-        return None  # no int8 kernel for grouped convolutions (sites.py)
     x, w = (_dequantize_of(a, lookup) for a in call.args)
     if x is None or w is None or x.args[0].ty.dtype != "uint8":
         return None
-    wq, sx, zx = _const_value(w.args[0], lookup), _const_value(x.args[1], lookup), \
-        _const_value(x.args[2], lookup)
-    sw, zw = _const_value(w.args[1], lookup), _const_value(w.args[2], lookup)
+    activation = _activation_params(x, kind, lookup)
+    weight = _weight_params(w, kind, lookup)
+    if activation is None or weight is None:
+        return None
+    return _Int8Site(kind, call, x.args[0], *activation, *weight)
+
+
+def _contraction_kind(call) -> str | None:
+    if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+        return None
+    kind = {"relax.nn.conv2d": "conv2d", "relax.matmul": "matmul"}.get(call.op.name)
+    if kind == "conv2d" and int(call.attrs.groups) > 1:
+        return None  # no int8 kernel for grouped convolutions (sites.py)
+    return kind
+
+
+def _activation_params(x: relax.Call, kind: str, lookup):
+    """(scale, zero point) of the activation's dequantize: numbers when constant, the scalar
+    expressions when measured per run (matmuls only: a conv pads with the zero point)."""
+    sx, zx = _const_value(x.args[1], lookup), _const_value(x.args[2], lookup)
+    if sx is not None and zx is not None:
+        return (float(sx), int(zx)) if sx.size == 1 and zx.size == 1 else None
+    if kind != "matmul" or static_shape(x.args[1]) != [] or static_shape(x.args[2]) != []:
+        return None
+    return x.args[1], x.args[2]
+
+
+def _weight_params(w: relax.Call, kind: str, lookup):
+    """(int8 weight, float32 scale per output channel) of a constant weight's dequantize,
+    quantized symmetrically along its last (output-channel) axis."""
+    wq, sw, zw = (_const_value(a, lookup) for a in w.args)
     if any(v is None for v in (wq, sw, zw)) or wq.dtype != np.int8 or np.any(zw != 0):
         return None
-    if sx is None or zx is None:  # measured per run: matmuls only (conv pads with zx)
-        if kind != "matmul" or static_shape(x.args[1]) != [] or static_shape(x.args[2]) != []:
-            return None
-        sx, zx = x.args[1], x.args[2]
-    elif sx.size != 1 or zx.size != 1:
-        return None
-    else:
-        sx, zx = float(sx), int(zx)
     channels = wq.shape[-1]
     if wq.ndim != (4 if kind == "conv2d" else 2) or int(w.attrs.axis) % wq.ndim != wq.ndim - 1 \
             or sw.size not in (1, channels):
         return None
-    return _Int8Site(kind, call, x.args[0], sx, zx,
-                     wq, np.broadcast_to(sw.astype(np.float32), (channels,)).copy())
+    return wq, np.broadcast_to(sw.astype(np.float32), (channels,)).copy()
 
 
 def _channel_bias(value: np.ndarray | None, channels: int, rank: int) -> np.ndarray | None:
