@@ -11,7 +11,8 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
             input_shapes: dict[str, tuple[int, ...]] | None = None, example_inputs=None,
             dump_ir: str | Path | None = None, options=None,
             tuning_logs: list[str | Path] | None = None, shipped_logs: bool = True,
-            quantize=None, progress: Callable[[str], None] | None = None) -> dict:
+            quantize=None, precision: str | None = None,
+            progress: Callable[[str], None] | None = None) -> dict:
     """Compile an ONNX file / ModelProto, a torch.nn.Module (with ``example_inputs``) or a
     ``.pt2`` ExportedProgram for ``target`` into one shared library at ``output``.
 
@@ -19,7 +20,8 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     ``dump_ir`` is a shortcut for its dump folder. ``tuning_logs``: tuning logs (``aotc
     tune``) whose records are applied where workload and target match, on top of the logs
     shipped in ``tuning_logs/`` (unless ``shipped_logs`` is False); the default rules
-    schedule every other kernel.
+    schedule every other kernel. ``precision`` ("fp32", "bf16"): a shortcut for the options'
+    precision; bf16 is refused, before the import, on targets without the instructions.
     Returns the metadata embedded in the library (signature, target, versions, hash...;
     ``tuned_kernels`` names the kernels a log scheduled)."""
     import dataclasses
@@ -27,18 +29,19 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     from aotc import settings
     from aotc.compiler import build, import_model
     from aotc.options import CompileOptions
-    from aotc.targets import resolve
-
     from aotc.compiler.build import check_toolchain
     from aotc.compiler.pipeline import check_options
 
-    spec = resolve(target)  # fail on a bad target, toolchain or pass name before the import
+    options = options or CompileOptions()
+    if precision is not None:
+        options = dataclasses.replace(options, precision=precision)
+    # fail on a bad target, precision, toolchain or pass name before the import
+    spec = _target_spec(target, options)
     check_toolchain(spec)
-    check_options(spec, options or CompileOptions())
+    check_options(spec, options)
     say = progress or (lambda _msg: None)
     say("importing model")
     imported = import_model(model, input_shapes=input_shapes, example_inputs=example_inputs)
-    options = options or CompileOptions()
     dump = dump_ir or options.dump_ir or settings.DUMP_IR.get() or None
     options = dataclasses.replace(options, dump_ir=Path(dump) if dump else None)
     logs = _tuning_logs(tuning_logs, shipped_logs)
@@ -51,6 +54,12 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     if quantize is None:
         return build(imported, spec, output, options=options, progress=say)
     return _compile_int8(imported, spec, output, options, quantize, say)
+
+
+def _target_spec(target: str, options):
+    """The preset ``target`` names, with what ``options.precision`` needs enabled."""
+    from aotc.targets import for_precision, resolve
+    return for_precision(resolve(target), options.precision if options else "fp32")
 
 
 def _compile_int8(imported, spec, output, options, quantize, say) -> dict:
@@ -130,7 +139,7 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     from aotc.schedules import log as tuning_log
     from aotc.schedules.tune import Budget, tune as run_tuner
 
-    measurement = _measurement(target, rpc, key, rpc_timeout, measure)  # fails within seconds
+    measurement = _measurement(target, rpc, key, rpc_timeout, measure, options)  # in seconds
     say = progress or (lambda _msg: None)
     tasks, tvm_target, default_schedule = tuning_tasks(
         model, target, input_shapes=input_shapes, example_inputs=example_inputs,
@@ -148,13 +157,13 @@ def tune(model, target: str = "x86", trials: int | None = 64,
 
 
 def _measurement(target: str, rpc: str | None, key: str | None, timeout_s: float = 60.0,
-                 settings=None):
+                 settings=None, options=None):
     """Where candidates are timed: this machine (which must be able to), or a device farm."""
     from aotc.errors import TargetError
     from aotc.measure_settings import TUNE
     from aotc.schedules import farm, runners
-    from aotc.targets import measurable_here, resolve
-    spec = resolve(target)
+    from aotc.targets import measurable_here
+    spec = _target_spec(target, options)
     settings = settings or TUNE
     if rpc is None:
         why = measurable_here(spec)
@@ -182,19 +191,18 @@ def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_input
     from aotc.compiler.pipeline import run_phases
     from aotc.options import CompileOptions
     from aotc.schedules import extract_tasks
-    from aotc.targets import resolve
 
     from aotc import settings
     # Time candidates with the thread count compiled models run with (every allowed core;
     # TVM's own default is half of them): set before anything starts TVM's thread pool, and
     # inherited by MetaSchedule's runner processes.
     settings.apply_thread_setting()
-    spec = resolve(target)
+    options = options or CompileOptions()
+    spec = _target_spec(target, options)
     say = progress or (lambda _msg: None)
     tvm_target = tvm.target.Target(spec.tvm_target)
     say("importing model")
     imported = import_model(model, input_shapes=input_shapes, example_inputs=example_inputs)
-    options = options or CompileOptions()
     if quantize is not None:  # the int8 kernels compile will make: same calibration
         from aotc.compiler.build import finalize_pipeline
         from aotc.compiler.quantize.driver import prepare

@@ -15,7 +15,7 @@ import click
 from aotc import settings
 from aotc.errors import AotcError
 from aotc.measure_settings import BENCH as BENCH_MEASURE, TUNE as TUNE_MEASURE
-from aotc.options import CALIBRATION_METHODS, QUANTIZE_MODES
+from aotc.options import CALIBRATION_METHODS, PRECISIONS, QUANTIZE_MODES
 
 
 class _Ctx:
@@ -110,6 +110,13 @@ def quantize_options(command):
     return command
 
 
+# shared by compile and tune (tune must see the bf16 kernels compile will make)
+PRECISION_OPTION = click.option(
+    "--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+    help="bf16: conv/matmul layers with constant weights take bfloat16 operands with float32 "
+         "sums (needs AVX512-BF16; fp16 is refused: not built).")
+
+
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--target", "-t", default="x86", show_default=True, help="See `aotc targets`.")
@@ -127,10 +134,11 @@ def quantize_options(command):
               help="Apply the records of this log (aotc tune) where they match (repeatable).")
 @click.option("--no-shipped-logs", "no_shipped", is_flag=True,
               help="Do not apply the tuning logs shipped with aotc (tuning_logs/).")
+@PRECISION_OPTION
 @quantize_options
 @_guard
 def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain,
-                tuning_logs, no_shipped, **quantize):
+                tuning_logs, no_shipped, precision, **quantize):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import parse_input_shape
@@ -138,7 +146,7 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
 
     shapes = dict(parse_input_shape(s) for s in input_shape)
     options = CompileOptions(opt_level=opt_level, disabled_passes=disabled, explain=explain,
-                             dump_ir=dump_ir)
+                             dump_ir=dump_ir, precision=precision)
     int8 = _quantize_options(**quantize)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,
@@ -217,14 +225,16 @@ def _measure_settings(number, repeat, min_repeat_ms, cache_flush):
 @click.option("--rpc", metavar="HOST:PORT", help="Measure on a device farm: its RPC tracker.")
 @click.option("--key", help="With --rpc: the tracker key of the devices to measure on.")
 @measure_options(TUNE_MEASURE)
+@PRECISION_OPTION
 @quantize_options
 @_guard
 def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed, rpc, key,
-             number, repeat, min_repeat_ms, cache_flush, **quantize):
+             number, repeat, min_repeat_ms, cache_flush, precision, **quantize):
     """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
     those that beat the default rules). Resumes: finished kernels in the log are skipped."""
     from aotc.api import tune
     from aotc.compiler.frontends.shapes import parse_input_shape
+    from aotc.options import CompileOptions
 
     shapes = dict(parse_input_shape(s) for s in input_shape)
     start = time.perf_counter()
@@ -233,6 +243,7 @@ def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, 
     report = tune(model, target, trials, log_path, time_budget=time_budget, search=search,
                   input_shapes=shapes, seed=seed, rpc=rpc, key=key, progress=_progress(start),
                   measure=_measure_settings(number, repeat, min_repeat_ms, cache_flush),
+                  options=CompileOptions(precision=precision),
                   quantize=_quantize_options(**quantize))
     for line in report.lines():
         click.echo(line)

@@ -16,6 +16,9 @@ OPT_LEVELS = (0, 1, 2, 3)
 QUANTIZE_MODES = ("int8", "int8-dynamic")
 DYNAMIC = "dynamic"  # the range of a layer quantized per run (CompileOptions.int8_ranges)
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
+# float32 everywhere, or conv/matmul with constant weights in bfloat16 (float32 sums); fp16 is
+# refused by every target today (targets.for_precision says why).
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,10 @@ class CompileOptions:
         in int8. None: float32.
     schedules: where tuned schedules come from (``aotc.schedules.TunedSchedules``, made from
         tuning logs by ``aotc.compile(tuning_logs=...)``): asked first for every kernel, the
-        default rules take the rest. None: default rules only."""
+        default rules take the rest. None: default rules only.
+    precision: "fp32", or "bf16": convolutions and matmuls with constant weights take
+        bfloat16 operands with float32 sums (compiler/quantize/bf16.py); the target must have
+        the instructions (targets.for_precision enables them or says why not)."""
 
     opt_level: int = 3
     disabled_passes: tuple[str, ...] = ()
@@ -77,10 +83,13 @@ class CompileOptions:
     dump_ir: Path | None = None
     schedules: object | None = field(default=None, compare=False)
     int8_ranges: dict | None = field(default=None, compare=False)
+    precision: str = "fp32"
 
     def __post_init__(self):
         if self.opt_level not in OPT_LEVELS:
             raise ValueError(f"opt_level must be one of {OPT_LEVELS}, got {self.opt_level!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))
         if self.dump_ir is not None:
             object.__setattr__(self, "dump_ir", Path(self.dump_ir))

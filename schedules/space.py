@@ -2,7 +2,7 @@
 target's schedule rules, postprocessors and mutators), united with aotc's default rules as a
 space of their own.
 
-The default-rules space is compiler/lower's Int8Dot rule (int8 kernels) or else its
+The default-rules space is compiler/lower's PackedDot rule (int8 and bf16 kernels) or else its
 Contraction rule, run on MetaSchedule's traced schedule with ``tunable=True``: the register
 tile (rows x columns) becomes two sampled decisions whose default values are the untuned
 choices. So the untuned tile is a point of
@@ -20,7 +20,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import ScheduleError
 
 from aotc.compiler.lower.cpu_contraction import Contraction
-from aotc.compiler.lower.cpu_int8 import Int8Dot
+from aotc.compiler.lower.cpu_dot import PackedDot
 
 from aotc.errors import meaningful_line
 
@@ -33,7 +33,7 @@ def default_rules_space(target: tvm.target.Target) -> ms.space_generator.Schedul
     register_cpu_intrinsics()  # before any TuneContext sees it (intrinsics.py)
     def schedule(sch):
         try:
-            scheduled = Int8Dot().schedule(sch, target, tunable=True)
+            scheduled = PackedDot().schedule(sch, target, tunable=True)
             if scheduled is None:
                 scheduled = Contraction().schedule(sch, target, tunable=True)
         except (ScheduleError, InternalError) as err:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import platform
 
 from aotc.errors import TargetError
+from aotc.options import PRECISIONS
 
 from . import arm, cuda, x86
 from .spec import TargetSpec, Toolchain
@@ -44,6 +45,27 @@ def int8_dot(tvm_target) -> str | None:
     return None
 
 
+def bf16_dot(tvm_target) -> str | None:
+    """The bf16 dot-product instructions ("avx512-bf16") the bf16 kernels are tensorized onto
+    for this target, or None."""
+    attrs = _llvm_attrs(tvm_target)
+    for family in FAMILIES.values():
+        found = family.bf16_dot(attrs)
+        if found:
+            return found
+    return None
+
+
+def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
+    """The spec to compile ``spec``'s models at ``precision`` with (its instructions enabled),
+    or a TargetError saying why this target cannot: asked before any model work."""
+    if precision not in PRECISIONS:
+        raise TargetError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return spec
+    return FAMILIES[spec.family].for_precision(spec, precision)
+
+
 def simd(tvm_target) -> tuple[int, int]:
     """(vector bits, vector registers) of a TVM llvm target, from the family that claims it.
     The schedule rules see only the TVM target (under ``with target:``), so they ask here."""
@@ -73,4 +95,4 @@ def measurable_here(spec: TargetSpec) -> str | None:
     return runs_here(spec)
 
 
-__all__ = ["TargetSpec", "Toolchain", "all_targets", "resolve", "measurable_here", "runs_here", "simd"]
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "for_precision", "int8_dot", "resolve", "measurable_here", "runs_here", "simd"]

@@ -3,8 +3,11 @@ ISA level so that a build machine can produce a .so for a different deployment C
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
+
+from aotc.errors import TargetError
 
 from .spec import TargetSpec
 
@@ -67,6 +70,41 @@ def int8_dot(attrs) -> str | None:
     return None
 
 
+# LLVM CPUs with AVX512-BF16 (vdpbf16ps). Not an ISA level of the host's detection: adding it
+# there would change the host preset's mcpu, and so the target key of every shipped tuning log.
+_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4",
+              "znver5"}
+_BF16_FLAGS = {"avx512f", "avx512_vnni", "avx512_bf16"}
+
+
+def bf16_dot(attrs) -> str | None:
+    """The bf16 dot-product instruction set an x86 llvm target has ("avx512-bf16"), or None."""
+    mattr = {str(a) for a in attrs.get("mattr", []) or []}
+    if "+avx512bf16" in mattr or str(attrs.get("mcpu", "")) in _BF16_CPUS:
+        return "avx512-bf16"
+    return None
+
+
+def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
+    """``spec`` with the instructions ``precision`` needs enabled, or a TargetError.
+    bf16: the host preset gets ``+avx512bf16`` when this CPU has it (its mcpu, icelake-server,
+    lacks it: LLVM would refuse vdpbf16ps). fp16 (AVX512-FP16) is not built."""
+    if precision == "fp16":
+        raise TargetError(f"--precision fp16 is not built for {spec.name}: aotc has no x86 "
+                          "float16 kernels yet (they would need AVX512-FP16, Sapphire Rapids "
+                          "and later); use --precision bf16")
+    if bf16_dot(spec.tvm_target):
+        return spec
+    if spec.name == "x86" and _BF16_FLAGS <= cpu_flags():
+        target = dict(spec.tvm_target)
+        target["mattr"] = [*target.get("mattr", []), "+avx512bf16"]
+        return dataclasses.replace(spec, tvm_target=target,
+                                   features=(*spec.features, "avx512-bf16"))
+    raise TargetError(f"--precision bf16 needs AVX512-BF16 (vdpbf16ps), which {spec.name} "
+                      f"(mcpu={spec.tvm_target.get('mcpu')}) lacks; use x86-bf16 for a CPU "
+                      "that has it (Cooper Lake, Sapphire Rapids, Zen 4 and later)")
+
+
 def _spec(name: str, description: str, mcpu: str, cores: int, isa: str) -> TargetSpec:
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
     bits, registers = simd(target)
@@ -87,6 +125,8 @@ def fixed() -> list[TargetSpec]:
               _FIXED_CORES, "avx512"),
         _spec("x86-vnni", "x86-64 with AVX-512 VNNI (Cascade Lake, Ice Lake and later)",
               "icelake-server", _FIXED_CORES, "avx512-vnni"),
+        _spec("x86-bf16", "x86-64 with AVX-512 VNNI and BF16 (Cooper Lake, Sapphire Rapids, "
+              "Zen 4 and later)", "cooperlake", _FIXED_CORES, "avx512-bf16"),
     ]
 
 
@@ -98,6 +138,6 @@ def runs_here(spec: TargetSpec) -> str | None:
     """Why a .so for ``spec`` cannot run on this machine, or None."""
     if platform.machine() != "x86_64":
         return f"this machine is {platform.machine()}"
-    needed = {isa: flags for isa, flags, _mcpu in _ISA_LEVELS}
-    lacking = needed.get(spec.features[0], set()) - cpu_flags() if spec.features else set()
+    needed = {isa: flags for isa, flags, _mcpu in _ISA_LEVELS} | {"avx512-bf16": _BF16_FLAGS}
+    lacking = set().union(*(needed.get(f, set()) for f in spec.features)) - cpu_flags()
     return f"this CPU lacks {', '.join(sorted(lacking))}" if lacking else None

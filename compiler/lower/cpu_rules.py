@@ -6,8 +6,8 @@ register-blocked schedule without any measurement, so that a compile is fast and
 
 Rules are tried in order; the first that accepts a PrimFunc schedules it:
   0. ``Attention``: the one-kernel attention FuseAttention makes (cpu_attention.py).
-  1. ``Int8Dot``: the int8 conv/matmul kernels of a quantized model, tensorized onto the
-     target's dot-product instruction (cpu_int8.py); on targets without one they fall through.
+  1. ``PackedDot``: the packed int8 (quantized) and bf16 (--precision bf16) conv/matmul kernels, tensorized onto the
+     target's dot-product instruction (cpu_dot.py); on targets without one they fall through.
   2. ``Contraction``: one multiply-accumulate reduction (conv2d in NHWC/HWIO, matmul, batch
      matmul) with injective producers and epilogues. Register-blocks the two innermost output
      axes, vectorizes the innermost (which is contiguous in the output and in the weight).
@@ -26,11 +26,11 @@ from __future__ import annotations
 from .cpu_attention import Attention
 from .cpu_blocks import schedule_injective_block, touches_bool, vector_lanes
 from .cpu_contraction import Contraction
-from .cpu_int8 import Int8Dot
+from .cpu_dot import PackedDot
 from .cpu_rows import RowWise
 from .cpu_generic import Generic, RowReduction, inline_injective_chains
 
-RULES = (Attention(), Int8Dot(), Contraction(), RowWise(), RowReduction(), Generic())
+RULES = (Attention(), PackedDot(), Contraction(), RowWise(), RowReduction(), Generic())
 
-__all__ = ["Attention", "Contraction", "Int8Dot", "RowWise", "Generic", "RULES", "RowReduction", "inline_injective_chains",
+__all__ = ["Attention", "Contraction", "PackedDot", "RowWise", "Generic", "RULES", "RowReduction", "inline_injective_chains",
            "schedule_injective_block", "touches_bool", "vector_lanes"]

@@ -3,7 +3,7 @@
 Runs right after AnnotateInt8 (quantize phase). Matches
     conv2d | matmul (dequantize(xq: uint8, sx, zx), dequantize(Wq: int8 constant, sw, 0))
 optionally followed by ``add(_, bias)`` with a per-output-channel constant bias, and emits
-    acc  = int8 kernel(xq, prepacked Wq)                        int32, int8_kernels.py
+    acc  = int8 kernel(xq, prepacked Wq)                        int32, dot_kernels.py
     y    = float32(acc + offset) * (sx * sw)                    per output channel
 where the int32 ``offset`` = round(bias / (sx * sw)) - zx * sum(Wq) holds the bias and the
 activation zero point's correction (exact in int32). When sx and zx are computed at run time
@@ -12,7 +12,7 @@ float32. Only ``y`` is float32, and FuseOps puts it
 in the kernel's epilogue along with what follows (ReLU, residual add) and the next site's
 quantize: between int8 kernels only uint8 tensors travel, no dequantize/quantize round trip.
 The weights are packed at compile time into the block layout the dot-product instruction reads
-(int8_kernels.pack_*). Unmatched dequantize calls stay (they compute correctly, in float32);
+(dot_kernels.pack_*). Unmatched dequantize calls stay (they compute correctly, in float32);
 the dead ones are removed."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tvm import relax
 
 from ..frontends.relax_shapes import static_shape
 from ..relax_walk import mutate_functions
-from . import int8_kernels
+from .. import dot_kernels
 
 _INT32_SAFE = 2 ** 30
 
@@ -173,11 +173,11 @@ def _kernel(site: _Int8Site, xq):
     """(te function, args, kwargs) for emit_te."""
     if site.kind == "matmul":  # K padding meets zero weights: any pad value will do
         zero = site.x_zero if isinstance(site.x_zero, int) else 0
-        return (int8_kernels.matmul, xq, relax.const(int8_kernels.pack_matmul_weight(site.wq)),
+        return (dot_kernels.matmul, xq, relax.const(dot_kernels.pack_matmul_weight(site.wq)),
                 site.wq.shape[1], zero)
     attrs = site.call.attrs
     padding = [int(p) for p in attrs.padding]
-    return (int8_kernels.conv2d_nhwc, xq, relax.const(int8_kernels.pack_conv_weight(site.wq)),
+    return (dot_kernels.conv2d_nhwc, xq, relax.const(dot_kernels.pack_conv_weight(site.wq)),
             site.wq.shape[3], [int(s) for s in attrs.strides], padding,
             [int(d) for d in attrs.dilation], site.x_zero)
 

@@ -1,4 +1,4 @@
-"""The int8 kernels realize emits, scheduled by Int8Dot, against numpy's integer arithmetic:
+"""The int8 kernels realize emits, scheduled by PackedDot, against numpy's integer arithmetic:
 channel counts that do not fill a 16x4 block (3 -> 24), stride, dilation, padding (filled with
 the zero point), a matmul with leading axes; the code uses vpdpbusd. On a target without VNNI
 the rule declines (Contraction schedules the kernel as plain integer loops)."""
@@ -9,8 +9,8 @@ import tvm
 from tvm import te
 
 from aotc.compiler.lower.cpu_contraction import Contraction
-from aotc.compiler.lower.cpu_int8 import Int8Dot, tile_shape
-from aotc.compiler.quantize import int8_kernels as k
+from aotc.compiler.lower.cpu_dot import PackedDot, tile_shape
+from aotc.compiler import dot_kernels as k
 
 VNNI = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 RNG = np.random.default_rng(0)
@@ -36,7 +36,7 @@ def _check_guard(whole, shape):
 def _build(out, inputs, target=VNNI):
     func = te.create_prim_func([*inputs, out])
     with target:
-        sch = Int8Dot().apply(func, target, False)
+        sch = PackedDot().apply(func, target, False)
     assert sch is not None
     return tvm.compile(sch.mod, target=target)
 
@@ -106,7 +106,7 @@ def test_no_vnni_declines():
     func = te.create_prim_func([xt, wt, k.conv2d_nhwc(xt, wt, 16, (1, 1), (0, 0, 0, 0),
                                                       (1, 1), 0)])
     avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
-    assert Int8Dot().apply(func, avx512, False) is None
+    assert PackedDot().apply(func, avx512, False) is None
 
 
 def test_tile_shape_fits_registers():
@@ -116,7 +116,7 @@ def test_tile_shape_fits_registers():
             assert blocks % v == 0 and rows % r == 0 and r * v <= 24
 
 
-@pytest.mark.parametrize("rule", [Int8Dot(), Contraction()])
+@pytest.mark.parametrize("rule", [PackedDot(), Contraction()])
 def test_padded_channels_never_written_past_the_output(rule):
     """A 1000-class int8 classifier (columns padded to 1008) with its epilogue: each rule's
     schedule stays inside the 1000-column output. TVM's reverse_compute_inline once merged the

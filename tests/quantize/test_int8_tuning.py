@@ -1,5 +1,5 @@
 """The tuner sees the int8 kernels compile makes (same calibration, same workload keys), and
-Int8Dot is one of its spaces: its tile becomes two sampled decisions whose defaults give the
+PackedDot is one of its spaces: its tile becomes two sampled decisions whose defaults give the
 untuned schedule exactly."""
 
 import numpy as np
@@ -8,7 +8,7 @@ from tvm import s_tir
 
 import aotc
 from aotc.api import tuning_tasks
-from aotc.compiler.lower.cpu_int8 import Int8Dot
+from aotc.compiler.lower.cpu_dot import PackedDot
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 
@@ -21,7 +21,7 @@ def test_tasks_include_int8_kernels_and_default_is_a_point(tiny_onnx):
     assert len(int8) == 2, [t.name for t in tasks]  # the conv and the classifier
     for task in int8:
         traced = s_tir.Schedule(task.func)
-        assert Int8Dot().schedule(traced, TARGET, tunable=True) is not None
+        assert PackedDot().schedule(traced, TARGET, tunable=True) is not None
         assert len(traced.trace.decisions) == 2
-        untuned = Int8Dot().apply(task.func, TARGET, False)
+        untuned = PackedDot().apply(task.func, TARGET, False)
         tvm.ir.assert_structural_equal(traced.mod, untuned.mod)

@@ -1,13 +1,14 @@
-"""``Int8Dot``: the default schedule of the int8 contractions realize emits
-(compiler/quantize/int8_kernels.py), tensorized onto the target's dot-product instruction.
+"""``PackedDot``: the default schedule of the packed contractions (compiler/dot_kernels.py:
+int8 from quantize/realize.py, bf16 from quantize/bf16.py), tensorized onto the target's
+dot-product instruction.
 
-The register tile is R output rows x V blocks of 16 output channels, kept in R*V int32
-vector accumulators; each step of the reduction broadcasts 4 activation bytes per row and
-reads one 16x4 weight block per V, which ``vpdpbusd`` multiplies and adds (4 multiply-adds
-per lane, 4x an fp32 FMA's). ResNet-18's 56x56x64 3x3 conv ran at 895 GOP/s on one core
-here (/tmp prototype, time_evaluator), against ~100 GFLOP/s for the fp32 schedule.
-Kernels of targets without such an instruction are left to ``Contraction`` (plain integer
-multiply-adds, correct but slower than fp32)."""
+The register tile is R output rows x V blocks of 16 output channels, kept in R*V vector
+accumulators; each step of the reduction broadcasts G activation values per row and reads one
+16xG weight block per V, which the instruction multiplies and adds (int8: ``vpdpbusd``, G=4,
+4x an fp32 FMA's multiply-adds; bf16: ``vdpbf16ps``, G=2). ResNet-18's 56x56x64 3x3 int8 conv
+ran at 895 GOP/s on one core here (/tmp prototype, time_evaluator), against ~100 GFLOP/s for
+the fp32 schedule. Kernels of targets without the instruction are left to ``Contraction``
+(plain multiply-adds: correct, slower than fp32)."""
 
 from __future__ import annotations
 
@@ -16,22 +17,31 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
-from aotc.targets import int8_dot
+from aotc.targets import bf16_dot, int8_dot
 
-from ..quantize.int8_kernels import GROUP, INT8_BLOCK, LANES
+from ..dot_kernels import BF16, CROP_BLOCK, FORMATS, INT8, DotFormat
 from .cpu_blocks import _extent, _largest_divisor, schedule_injective_block, vector_lanes
 from .cpu_contraction import Contraction
-from .dot_intrinsics import VNNI_16x4
+from .dot_intrinsics import BF16_16x2, BF16_LLVM, VNNI_16x4
 
-INTRINSICS = {"avx512-vnni": VNNI_16x4}
+# (format, the target's instruction set for it) -> (tensor intrinsic, LLVM IR it calls)
+INTRINSICS = {(INT8, "avx512-vnni"): (VNNI_16x4, None),
+              (BF16, "avx512-bf16"): (BF16_16x2, BF16_LLVM)}
+_INSTRUCTIONS = {INT8: int8_dot, BF16: bf16_dot}
 _MAX_ROWS, _MAX_CHANNEL_BLOCKS, _ACCUMULATORS = 8, 4, 24
 
 
-def _int8_block(infos):
-    """The int8 reduction among the normalized blocks, or None."""
-    found = [i for i in infos or [] if not i.is_injective()
-             and i.block_rv is not None and _name(i).startswith(INT8_BLOCK)]
-    return found[0] if len(found) == 1 and sum(not i.is_injective() for i in infos) == 1 else None
+def _packed_block(infos) -> tuple[object, DotFormat] | None:
+    """(the packed reduction among the normalized blocks, its format), or None."""
+    if infos is None or sum(not i.is_injective() for i in infos) != 1:
+        return None
+    for info in infos:
+        if info.is_injective() or info.block_rv is None:
+            continue
+        for fmt in FORMATS:
+            if _name(info).startswith(fmt.block):
+                return info, fmt
+    return None
 
 
 def _name(info) -> str:
@@ -54,8 +64,8 @@ def tile_shape(channel_blocks: int, rows: int) -> tuple[int, int]:
     return best
 
 
-class Int8Dot(ScheduleRule):
-    """Tensorized schedule of ``aotc_int8_contract`` kernels (their pad, crop and epilogue)."""
+class PackedDot(ScheduleRule):
+    """Tensorized schedule of the packed contraction kernels (their pad, crop and epilogue)."""
 
     def apply(self, func, target: Target, tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
@@ -67,18 +77,20 @@ class Int8Dot(ScheduleRule):
         schedules/space.py); None when it is not an int8 kernel or the target has no dot
         product. With ``tunable``, the tile's rows and channel blocks are sampled decisions
         whose defaults are the untuned choices."""
-        intrinsic = INTRINSICS.get(int8_dot(target) or "")
-        if intrinsic is None:
-            return None
         infos = normalize_prim_func(sch)
-        main = _int8_block(infos)
-        if main is None:
+        found = _packed_block(infos)
+        if found is None:
+            return None
+        main, fmt = found
+        intrinsic = INTRINSICS.get((fmt, _INSTRUCTIONS[fmt](target) or ""))
+        if intrinsic is None:
             return None
         index = infos.index(main)
         lanes = vector_lanes(target, 32)
+        operand_bits = 8 if fmt.operand == "uint8" else 16
         for producer in infos[:index]:
-            schedule_injective_block(sch, producer.block_rv, vector_lanes(target, 8))
-        self._schedule_main(sch, main, infos[index + 1:], intrinsic, lanes, tunable)
+            schedule_injective_block(sch, producer.block_rv, vector_lanes(target, operand_bits))
+        self._schedule_main(sch, main, infos[index + 1:], fmt, intrinsic, lanes, tunable)
         return sch
 
     @staticmethod
@@ -95,7 +107,7 @@ class Int8Dot(ScheduleRule):
                                                   decision=values.index(chosen)))
         return tuple(choices)
 
-    def _schedule_main(self, sch, main, epilogues, intrinsic: str, lanes: int,
+    def _schedule_main(self, sch, main, epilogues, fmt: DotFormat, intrinsic, lanes: int,
                        tunable: bool = False) -> None:
         block = main.block_rv
         loops = sch.get_loops(block)
@@ -104,8 +116,8 @@ class Int8Dot(ScheduleRule):
         reduce = [l for l, k in zip(loops, kinds) if k == "R"]
         if len(spatial) < 2:  # one output row (unit axes are dropped): a new unit row axis
             spatial.insert(0, sch.add_unit_loop(spatial[0]))
-        channel_outer, channel_lane = sch.split(spatial[-1], factors=[None, LANES])
-        reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, GROUP])
+        channel_outer, channel_lane = sch.split(spatial[-1], factors=[None, fmt.lanes])
+        reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, fmt.group])
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
                                   tunable)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
@@ -115,10 +127,13 @@ class Int8Dot(ScheduleRule):
                     channel_lane, reduce_group)
         tile = sch.fuse(block_out, *outer, row_out)
         sch.parallel(tile)
+        name, llvm_ir = intrinsic
+        if llvm_ir:  # the function the intrinsic calls, linked into this kernel's module
+            sch.annotate(tile, "pragma_import_llvm", llvm_ir)
         # accumulators in a small tile buffer, epilogue applied on the way out (as Contraction)
         write_back = sch.cache_write(block, 0, "global")
         crop = epilogues[0].block_rv if epilogues and _name(epilogues[0]).startswith(
-            "aotc_int8_crop") else None
+            CROP_BLOCK) else None
         if crop is None:
             Contraction._inline_epilogues(sch, write_back, epilogues, lanes)
         else:
@@ -132,6 +147,6 @@ class Int8Dot(ScheduleRule):
         sch.vectorize(sch.get_loops(write_back)[-1])
         init = sch.decompose_reduction(block, reduce[0] if len(reduce) > 1 else reduce_outer)
         sch.vectorize(sch.get_loops(init)[-1])
-        sch.tensorize(channel_lane, intrinsic)
+        sch.tensorize(channel_lane, name)
         sch.unroll(row_in)
         sch.unroll(block_in)

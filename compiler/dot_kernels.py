@@ -1,0 +1,154 @@
+"""The packed dot-product contractions: conv2d (NHWC) and matmul whose weights are prepacked at
+compile time for a dot-product instruction, in two formats:
+
+- ``INT8`` (quantize/realize.py): u8 activations x s8 weights into int32, for x86's VNNI
+  ``vpdpbusd`` (4 consecutive u8 x s8 products per int32 lane, 16 lanes);
+- ``BF16`` (quantize/bf16.py, ``--precision bf16``): bfloat16 activations and weights into
+  float32, for AVX512-BF16's ``vdpbf16ps`` (2 consecutive bf16 products per float32 lane).
+  bfloat16 values travel as their uint16 bit patterns: TVM 0.27's LLVM codegen legalizes the
+  bfloat16 type to float32, so a kernel written in it computes in float32.
+
+Both pack the weights ``[OC/16, ..., IC/G, 16, G]`` (G products per lane): the 16xG block the
+instruction reads is contiguous, and the schedule (compiler/lower/cpu_dot.py) tensorizes the
+two innermost loops onto it. Channels that do not fill a block are padded: weights with zeros,
+activations with ``pad_value`` (int8: the zero point, so that the zero-point correction,
+computed over the real weights, stays exact; bf16: +0.0). Spatial padding is ``pad_value`` too.
+
+The reduction block is named by the format (``DotFormat.block``): the schedule rule recognizes
+the kernel, and its format, by it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import te, tirx
+
+PAD_BLOCK = "aotc_dot_pad"
+CROP_BLOCK = "aotc_dot_crop"
+
+
+@dataclass(frozen=True)
+class DotFormat:
+    name: str        # "int8" | "bf16"
+    block: str       # name of the reduction block
+    operand: str     # activation dtype the kernel reads
+    weight: str      # packed weight dtype
+    acc: str         # accumulator dtype
+    group: int       # products summed into one lane per instruction
+    lanes: int = 16  # output channels per block (one 512-bit accumulator)
+
+    def product(self, a, w):
+        if self.name == "int8":
+            return a.astype("int32") * w.astype("int32")
+        return bf16_value(a) * bf16_value(w)
+
+
+INT8 = DotFormat("int8", "aotc_int8_contract", "uint8", "int8", "int32", 4)
+BF16 = DotFormat("bf16", "aotc_bf16_contract", "uint16", "uint16", "float32", 2)
+FORMATS = (INT8, BF16)
+
+
+def bf16_value(bits):
+    """float32 value of bfloat16 bits (uint16): the bits are its upper half."""
+    return tirx.reinterpret("float32", bits.astype("uint32") << tirx.const(16, "uint32"))
+
+
+def to_bf16_bits(x: te.Tensor) -> te.Tensor:
+    """float32 -> bfloat16 bits, rounded to nearest even (as vcvtneps2bf16 and numpy's
+    ml_dtypes do); infinities stay, NaNs stay NaNs, overflow rounds to infinity."""
+    def bits(*i):
+        u = tirx.reinterpret("uint32", x(*i))
+        odd = (u >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
+        return ((u + tirx.const(0x7FFF, "uint32") + odd) >> tirx.const(16, "uint32")).astype(
+            "uint16")
+    return te.compute(x.shape, bits, name="aotc_to_bf16")
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """numpy twin of to_bf16_bits, for weights at compile time."""
+    u = np.ascontiguousarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def pack_conv_weight(weight_hwio: np.ndarray, fmt: DotFormat = INT8) -> np.ndarray:
+    """HWIO (int8, or float32 for BF16) -> [OC/16, KH, KW, IC/G, 16, G], zero-padded."""
+    weight_hwio = bf16_bits(weight_hwio) if fmt is BF16 else weight_hwio
+    kh, kw, ic, oc = weight_hwio.shape
+    icp, ocp = _round_up(ic, fmt.group), _round_up(oc, fmt.lanes)
+    padded = np.zeros((kh, kw, icp, ocp), fmt.weight)
+    padded[:, :, :ic, :oc] = weight_hwio
+    blocks = padded.reshape(kh, kw, icp // fmt.group, fmt.group, ocp // fmt.lanes, fmt.lanes)
+    return np.ascontiguousarray(blocks.transpose(4, 0, 1, 2, 5, 3))
+
+
+def pack_matmul_weight(weight_kn: np.ndarray, fmt: DotFormat = INT8) -> np.ndarray:
+    """[K, N] (int8, or float32 for BF16) -> [N/16, K/G, 16, G], zero-padded."""
+    weight_kn = bf16_bits(weight_kn) if fmt is BF16 else weight_kn
+    k, n = weight_kn.shape
+    kp, np_ = _round_up(k, fmt.group), _round_up(n, fmt.lanes)
+    padded = np.zeros((kp, np_), fmt.weight)
+    padded[:k, :n] = weight_kn
+    blocks = padded.reshape(kp // fmt.group, fmt.group, np_ // fmt.lanes, fmt.lanes)
+    return np.ascontiguousarray(blocks.transpose(2, 0, 3, 1))
+
+
+def _format_of(w: te.Tensor) -> DotFormat:
+    return {f.weight: f for f in FORMATS}[str(w.dtype)]
+
+
+def _crop(acc: te.Tensor, channels: int) -> te.Tensor:
+    if int(acc.shape[-1]) == channels:
+        return acc
+    shape = list(acc.shape[:-1]) + [channels]
+    return te.compute(shape, lambda *i: acc(*i), name=CROP_BLOCK)
+
+
+def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding, dilation,
+                pad_value: int) -> te.Tensor:
+    """Accumulator-typed conv2d of NHWC ``x`` (the format's operand type) and packed ``w``
+    (its dtype names the format); ``padding`` is (top, left, bottom, right)."""
+    fmt = _format_of(w)
+    n, h, width, c = (int(d) for d in x.shape)
+    ocb, kh, kw, icb = (int(d) for d in w.shape[:4])
+    icp = icb * fmt.group
+    top, left, bottom, right = padding
+    (sh, sw), (dh, dw) = strides, dilation
+    if any(padding) or icp != c:
+        def padded(b, i, j, k):
+            inside = tirx.all(i >= top, i < h + top, j >= left, j < width + left, k < c)
+            return tirx.if_then_else(inside, x[b, i - top, j - left, k],
+                                     tirx.const(pad_value, fmt.operand))
+        x = te.compute((n, h + top + bottom, width + left + right, icp), padded, name=PAD_BLOCK)
+    oh = (int(x.shape[1]) - (kh - 1) * dh - 1) // sh + 1
+    ow = (int(x.shape[2]) - (kw - 1) * dw - 1) // sw + 1
+    rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
+    rc = te.reduce_axis((0, icp), "rc")
+    lanes, group = fmt.lanes, fmt.group
+    acc = te.compute((n, oh, ow, ocb * lanes), lambda b, i, j, o: te.sum(fmt.product(
+        x[b, i * sh + rh * dh, j * sw + rw * dw, rc],
+        w[o // lanes, rh, rw, rc // group, o % lanes, rc % group]),
+        axis=[rh, rw, rc]), name=fmt.block)
+    return _crop(acc, out_channels)
+
+
+def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int) -> te.Tensor:
+    """Accumulator-typed ``x @ W`` of ``x`` [..., M, K] (the format's operand type) and packed
+    ``w`` [N/16, K/G, 16, G] (its dtype names the format)."""
+    fmt = _format_of(w)
+    k = int(x.shape[-1])
+    kp = int(w.shape[1]) * fmt.group
+    lead = list(x.shape[:-1])
+    if kp != k:
+        x = te.compute(lead + [kp], lambda *i: tirx.if_then_else(
+            i[-1] < k, x(*i), tirx.const(pad_value, fmt.operand)), name=PAD_BLOCK)
+    rk = te.reduce_axis((0, kp), "rk")
+    lanes, group = fmt.lanes, fmt.group
+    acc = te.compute(lead + [int(w.shape[0]) * lanes], lambda *i: te.sum(fmt.product(
+        x(*i[:-1], rk), w[i[-1] // lanes, rk // group, i[-1] % lanes, rk % group]),
+        axis=[rk]), name=fmt.block)
+    return _crop(acc, out_features)

@@ -1,0 +1,91 @@
+"""ConvertBF16 on a small NHWC graph: a conv2d (+bias, ReLU), a depthwise conv2d, a matmul
+with a constant weight (+bias) and a matmul of two activations.
+
+After the pass: the conv2d and the constant-weight matmul are bf16 kernels (call_tir named
+conv2d_bf16 / matmul_bf16) fed by to_bf16 conversions, their biases and ReLU still float32
+ops after them; the depthwise conv and the activation-by-activation matmul are still float32
+Relax ops. With the default weight threshold, small weights stay float32 (nothing changes
+here: every weight is under 1 MB). Numbers: the converted module equals the float32 one
+computed on bfloat16-rounded inputs and weights, up to float32 rounding."""
+
+import ml_dtypes
+import numpy as np
+import tvm
+from tvm import relax
+
+from aotc.compiler.quantize import ConvertBF16
+from relax_helpers import main_ops
+
+RNG = np.random.default_rng(0)
+
+
+def _weights():
+    return {"conv": RNG.standard_normal((3, 3, 3, 20)).astype(np.float32) * 0.3,
+            "bias": RNG.standard_normal(20).astype(np.float32),
+            "depthwise": RNG.standard_normal((3, 3, 1, 20)).astype(np.float32) * 0.3,
+            "dense": RNG.standard_normal((20, 12)).astype(np.float32) * 0.3}
+
+
+def _module(weights):
+    c = {name: relax.const(value) for name, value in weights.items()}
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, c["conv"], padding=[1, 1], data_layout="NHWC",
+                                           kernel_layout="HWIO"))
+            y = bb.emit(relax.op.nn.relu(relax.op.add(y, c["bias"])))
+            y = bb.emit(relax.op.nn.conv2d(y, c["depthwise"], padding=[1, 1], groups=20,
+                                           data_layout="NHWC", kernel_layout="HWIO"))
+            y = bb.emit(relax.op.reshape(y, [64, 20]))
+            y = bb.emit(relax.op.matmul(y, c["dense"]))                     # [64, 12]
+            scores = bb.emit(relax.op.matmul(y, relax.op.permute_dims(y)))  # two activations
+            out = bb.emit_output(relax.op.matmul(scores, y))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _run(mod, x):
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "cooperlake"})
+    with target:
+        mod = relax.transform.LegalizeOps()(mod)
+    vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def _kernels(mod):
+    return sorted(gv.name_hint for gv, f in mod.functions_items()
+                  if isinstance(f, tvm.tirx.PrimFunc))
+
+
+def test_structure():
+    before = _module(_weights())
+    after = ConvertBF16(True, min_weight_bytes=0)(before)
+    ops = main_ops(after)
+    assert ops.count("relax.nn.conv2d") == 1  # the depthwise one
+    assert ops.count("relax.matmul") == 2     # the two activation-by-activation ones
+    assert _kernels(after) == ["conv2d_bf16", "matmul_bf16", "to_bf16", "to_bf161"]
+    assert ops.count("relax.add") == 1 and ops.count("relax.nn.relu") == 1  # float32, after
+    conv = [f for gv, f in after.functions_items() if gv.name_hint == "conv2d_bf16"][0]
+    assert [str(p.ty.dtype) for p in conv.params][:2] == ["uint16", "uint16"]
+
+
+def test_threshold_and_disabled_leave_the_module():
+    before = _module(_weights())
+    tvm.ir.assert_structural_equal(ConvertBF16(True)(before), before)   # all under 1 MB
+    tvm.ir.assert_structural_equal(ConvertBF16(False, min_weight_bytes=0)(before), before)
+
+
+def test_numbers_match_bfloat16_rounded_float32():
+    weights = _weights()
+    x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
+    got = _run(ConvertBF16(True, min_weight_bytes=0)(_module(weights)), x)
+    # reference: what the kernels compute, float32 sums of bfloat16-rounded operands; the
+    # activation matmul's input (the first dense's output) is rounded there too
+    rounded = {k: v.astype(ml_dtypes.bfloat16).astype(np.float32) if k in ("conv", "dense")
+               else v for k, v in weights.items()}
+    want = _run(_module(rounded), x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+    exact = _run(_module(weights), x)
+    cos = float((got * exact).sum() / np.linalg.norm(got) / np.linalg.norm(exact))
+    assert cos > 0.999

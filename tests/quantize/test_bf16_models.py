@@ -1,0 +1,77 @@
+"""aotc compile --precision bf16 end to end, through the CLI, on an ONNX model with weights on
+both sides of ConvertBF16's 1 MB threshold (a 3x3 conv of 256 channels, 2.4 MB, and a 512x1024
+matmul, 2 MB, go bf16; a small conv and the classifier stay float32), against onnxruntime's
+float32 output; the refusals a user gets on targets without AVX512-BF16 and for fp16."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import aotc
+from aotc.cli import main
+from aotc.targets import x86
+
+RNG = np.random.default_rng(0)
+needs_bf16 = pytest.mark.skipif(not x86._BF16_FLAGS <= x86.cpu_flags(),
+                                reason="this CPU has no AVX512-BF16 to run the model on")
+
+
+def _init(name, *shape, scale=1.0):
+    return numpy_helper.from_array(
+        (RNG.standard_normal(shape) * scale / np.sqrt(np.prod(shape[1:]))).astype(np.float32),
+        name)
+
+
+def _model(path):
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("GlobalAveragePool", ["r1"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Concat", ["f", "f"], ["f2"], axis=1),
+             helper.make_node("MatMul", ["f2", "w2"], ["h"]),
+             helper.make_node("Relu", ["h"], ["hr"]),
+             helper.make_node("MatMul", ["hr", "w3"], ["y"])]
+    inits = [_init("w0", 256, 8, 3, 3, scale=2), _init("w1", 256, 256, 3, 3, scale=2),
+             _init("b1", 256), _init("w2", 512, 1024, scale=8), _init("w3", 1024, 10, scale=4)]
+    graph = helper.make_graph(nodes, "bf16_net",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                              inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@needs_bf16
+def test_compile_bf16_cli_against_onnxruntime(tmp_path):
+    model = _model(tmp_path / "net.onnx")
+    out = tmp_path / "net_bf16.so"
+    result = invoke("compile", model, "-o", out, "--precision", "bf16")
+    assert result.exit_code == 0, result.output
+    loaded = aotc.load(out)
+    assert loaded.metadata["precision"] == "bf16"
+    kernels = " ".join(k["name"] for k in loaded.metadata["kernels"])
+    assert kernels.count("conv2d_bf16") == 1 and kernels.count("matmul_bf16") == 1, kernels
+    x = RNG.standard_normal((1, 8, 8, 8)).astype(np.float32)
+    want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    got = loaded.run({"x": x})["y"]
+    cos = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
+    assert cos > 0.999, cos
+    np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("target,precision,words", [
+    ("x86-vnni", "bf16", "needs AVX512-BF16 (vdpbf16ps), which x86-vnni"),
+    ("arm", "bf16", "not built for arm"), ("x86", "fp16", "fp16 is not built")])
+def test_refused_before_the_import(tmp_path, target, precision, words):
+    result = invoke("compile", tmp_path / "missing.onnx", "-o", tmp_path / "m.so",
+                    "--target", target, "--precision", precision)
+    assert result.exit_code == 1 and words in result.output, result.output
