@@ -67,7 +67,7 @@ class CompileOptions:
         a pass correctness needs cannot be disabled.
     explain: record, pass by pass, the time and what changed (ops, kernels).
     dump_ir: a folder; the IR after every pass is written there.
-    int8_ranges: site name (compiler/quantize/sites.py) -> (low, high) of its activation, as
+    int8_ranges: site name (compiler/contraction_sites.py) -> (low, high) of its activation, as
         calibration measured it, or DYNAMIC (measured on every run) (aotc.compile(quantize=...) fills it): those contractions run
         in int8. None: float32.
     schedules: where tuned schedules come from (``aotc.schedules.TunedSchedules``, made from

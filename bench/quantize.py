@@ -1,9 +1,10 @@
-"""int8 vs float32: aotc's int8 (calibrated static quantization, VNNI kernels) and float32
+"""int8 and bf16 vs float32: aotc's int8 (calibrated static quantization, VNNI kernels), bf16
+(--precision bf16: vdpbf16ps kernels for the layers with weights of 1 MB or more) and float32
 against onnxruntime's float32 and its own int8 (quantize_static QOperator per-channel for the
 CNNs, quantize_dynamic for the transformers), batch 1, same inputs, each engine in its own
 process, alternated for --rounds rounds; ratios are medians of per-round ratios. Accuracy:
 int8 against float32 of the same engine on held-out inputs (cosine, and top-1 agreement for
-classifiers).
+classifiers); bf16 against aotc's float32 on the same inputs.
 
     python bench/quantize.py [--models resnet18,mobilenetv2,bert,minilm] [--rounds 3]
         [--runs 50] [--out bench/results/quantize.json]
@@ -25,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_models import bench_all, median_ms_in_subprocess, source_model  # noqa: E402
 
-ENGINES = ("aotc_fp32", "aotc_int8", "ort_fp32", "ort_int8")
+ENGINES = ("aotc_fp32", "aotc_int8", "aotc_bf16", "ort_fp32", "ort_int8")
 TIMER = """
 import time, numpy as np
 feed = dict(np.load(FEED))
@@ -108,13 +109,23 @@ def _ort_accuracy(fp32: Path, int8: Path, held_out: list[dict]) -> dict:
     return output_errors(["output"], [[r[0]] for r in runs[0]], [[r[0]] for r in runs[1]])[0]
 
 
+def _aotc_accuracy(fp32: Path, other: Path, held_out: list[dict]) -> dict:
+    import aotc
+    from aotc.compiler.quantize.report import output_errors
+    models = [aotc.load(p) for p in (fp32, other)]
+    runs = [[list(m.run(f).values()) for f in held_out] for m in models]
+    return output_errors(["output"], [[r[0]] for r in runs[0]], [[r[0]] for r in runs[1]])[0]
+
+
 def bench_model(name: str, work: Path, rounds: int, runs: int) -> dict:
     import aotc
     onnx_path = _onnx(name, work)
     calibration, held_out = _samples(name, onnx_path)
     paths = {"aotc_fp32": work / f"{name}.so", "aotc_int8": work / f"{name}.int8.so",
+             "aotc_bf16": work / f"{name}.bf16.so",
              "ort_fp32": onnx_path, "ort_int8": _ort_int8(name, onnx_path, calibration)}
     aotc.compile(onnx_path, output=paths["aotc_fp32"])
+    aotc.compile(onnx_path, output=paths["aotc_bf16"], precision="bf16")
     meta = aotc.compile(onnx_path, output=paths["aotc_int8"], quantize=aotc.QuantizeOptions(
         calibration, method="minmax" if name in TRANSFORMERS else "percentile",
         evaluation=held_out))
@@ -128,12 +139,17 @@ def bench_model(name: str, work: Path, rounds: int, runs: int) -> dict:
              .replace("RUNS", str(runs))], f"{e} on {name}") for e in order})
     row = {"model": name, "rounds": per_round,
            "aotc_int8_accuracy": meta["quantization_report"]["outputs"][0],
-           "ort_int8_accuracy": _ort_accuracy(onnx_path, paths["ort_int8"], held_out)}
+           "ort_int8_accuracy": _ort_accuracy(onnx_path, paths["ort_int8"], held_out),
+           "aotc_bf16_accuracy": _aotc_accuracy(paths["aotc_fp32"], paths["aotc_bf16"],
+                                                held_out)}
     for engine in ENGINES:
         row[f"{engine}_ms"] = statistics.median(r[engine] for r in per_round)
     for other in ("aotc_fp32", "ort_fp32", "ort_int8"):
         row[f"speedup_vs_{other}"] = statistics.median(r[other] / r["aotc_int8"]
                                                        for r in per_round)
+    for other in ("aotc_fp32", "ort_fp32"):
+        row[f"bf16_speedup_vs_{other}"] = statistics.median(r[other] / r["aotc_bf16"]
+                                                            for r in per_round)
     return row
 
 
@@ -146,7 +162,10 @@ def _format(row: dict) -> str:
     return (f"{row['model']:12s} {times} ms | aotc int8 is {row['speedup_vs_ort_fp32']:.2f}x "
             f"ort fp32, {row['speedup_vs_ort_int8']:.2f}x ort int8, "
             f"{row['speedup_vs_aotc_fp32']:.2f}x aotc fp32 | cosine aotc "
-            f"{acc['cosine']:.4f}{top1(acc)}, ort {ort_acc['cosine']:.4f}{top1(ort_acc)}")
+            f"{acc['cosine']:.4f}{top1(acc)}, ort {ort_acc['cosine']:.4f}{top1(ort_acc)} | "
+            f"aotc bf16 is {row['bf16_speedup_vs_aotc_fp32']:.2f}x aotc fp32, "
+            f"{row['bf16_speedup_vs_ort_fp32']:.2f}x ort fp32, cosine "
+            f"{row['aotc_bf16_accuracy']['cosine']:.5f}{top1(row['aotc_bf16_accuracy'])}")
 
 
 def _plot(rows: list[dict], path: Path) -> Path | None:
@@ -157,14 +176,14 @@ def _plot(rows: list[dict], path: Path) -> Path | None:
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.2
+    width = 0.16
     for i, engine in enumerate(ENGINES):
-        ax.bar([j + (i - 1.5) * width for j in range(len(rows))],
+        ax.bar([j + (i - 2) * width for j in range(len(rows))],
                [r[f"{engine}_ms"] / r["ort_fp32_ms"] for r in rows], width, label=engine)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
     ax.set_ylabel("latency / onnxruntime fp32 (lower is better)")
-    ax.set_title("int8 and fp32, batch 1, default threads, one process per engine")
+    ax.set_title("int8, bf16 and fp32, batch 1, default threads, one process per engine")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -13,7 +13,10 @@ Phases (names are what --dump-ir and --explain print):
   quantize  with --quantize int8: calibrated contractions marked in quantize/dequantize form,
             then realized as int8 kernels with prepacked weights (compiler/quantize); right
             after fusion so that combined projections are one int8 kernel, and before
-            lowering, whose FoldConstant would fold the weights' dequantize away
+            lowering, whose FoldConstant would fold the weights' dequantize away; with
+            --precision bf16, large-weight contractions as bf16 kernels
+  pack      the float32 conv/matmul weights left prepacked in the blocked order the kernels
+            read (passes/layout/prepack_weights.py)
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
             bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
             PrimFuncs (max/min with infinite identities; exp/erf/tanh/sigmoid as vectorizable
@@ -62,6 +65,11 @@ def quantize(options: CompileOptions) -> list[Step]:
     return int8.steps(options)
 
 
+def pack(spec: TargetSpec):
+    lanes = spec.vector_lanes(32) if spec.schedule_rules == "cpu" else None
+    return lambda _options: passes.layout.pack_steps(lanes)
+
+
 def lower(options: CompileOptions) -> list[Step]:
     return passes.lowering.steps(options)
 
@@ -77,7 +85,7 @@ def schedule(spec: TargetSpec):
 def phase_steps(spec: TargetSpec, options: CompileOptions) -> list[tuple[str, list[Step]]]:
     return [("simplify", simplify(options)), ("layout", layout(options)),
             ("fuse", fuse(options)), ("quantize", quantize(options)),
-            ("lower", lower(options)),
+            ("pack", pack(spec)(options)), ("lower", lower(options)),
             ("schedule", schedule(spec)(options))]
 
 

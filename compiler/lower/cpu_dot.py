@@ -1,6 +1,7 @@
 """``PackedDot``: the default schedule of the packed contractions (compiler/dot_kernels.py:
-int8 from quantize/realize.py, bf16 from quantize/bf16.py), tensorized onto the target's
-dot-product instruction.
+int8 from quantize/realize.py, bf16 from quantize/bf16.py, float32 from
+passes/layout/prepack_weights.py), tensorized onto the target's dot-product instruction (the
+float32 ones: their lane loop vectorized into FMAs).
 
 The register tile is R output rows x V blocks of 16 output channels, kept in R*V vector
 accumulators; each step of the reduction broadcasts G activation values per row and reads one
@@ -20,15 +21,18 @@ from tvm.target import Target
 from aotc.targets import bf16_dot, int8_dot
 
 from ..dot_kernels import BF16, CROP_BLOCK, FORMATS, INT8, DotFormat
-from .cpu_blocks import _extent, _largest_divisor, schedule_injective_block, vector_lanes
+from .cpu_blocks import (_extent, _largest_divisor, accumulator_vectors,
+                         schedule_injective_block, vector_lanes)
 from .cpu_contraction import Contraction
 from .dot_intrinsics import BF16_16x2, BF16_LLVM, VNNI_16x4
 
-# (format, the target's instruction set for it) -> (tensor intrinsic, LLVM IR it calls)
-INTRINSICS = {(INT8, "avx512-vnni"): (VNNI_16x4, None),
-              (BF16, "avx512-bf16"): (BF16_16x2, BF16_LLVM)}
-_INSTRUCTIONS = {INT8: int8_dot, BF16: bf16_dot}
-_MAX_ROWS, _MAX_CHANNEL_BLOCKS, _ACCUMULATORS = 8, 4, 24
+# (format name, the target's instruction set for it) -> (tensor intrinsic, LLVM IR it calls);
+# float32: no intrinsic, every CPU target has vector multiply-adds
+INTRINSICS = {("int8", "avx512-vnni"): (VNNI_16x4, None),
+              ("bf16", "avx512-bf16"): (BF16_16x2, BF16_LLVM),
+              ("fp32", "fma"): (None, None)}
+_INSTRUCTIONS = {"int8": int8_dot, "bf16": bf16_dot, "fp32": lambda _target: "fma"}
+_MAX_ROWS, _MAX_CHANNEL_BLOCKS = 8, 4
 
 
 def _packed_block(infos) -> tuple[object, DotFormat] | None:
@@ -48,9 +52,9 @@ def _name(info) -> str:
     return info.name or ""
 
 
-def tile_shape(channel_blocks: int, rows: int) -> tuple[int, int]:
-    """(rows R, channel blocks V) of the register tile: the most accumulators R*V (at most 24
-    of AVX-512's 32 registers) with V up to 4 blocks of 16 channels and R up to 8 rows, each
+def tile_shape(channel_blocks: int, rows: int, accumulators: int = 24) -> tuple[int, int]:
+    """(rows R, channel blocks V) of the register tile: the most accumulators R*V (at most
+    ``accumulators``: 24 of AVX-512's 32 registers) with V up to 4 blocks of 16 channels and R up to 8 rows, each
     dividing its axis; ties go to more rows (each weight block is then reused more). Taking V
     first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7 has no divisor <= 6):
     768 GOP/s against 1800 for the 56x56 ones (aotc profile)."""
@@ -58,7 +62,7 @@ def tile_shape(channel_blocks: int, rows: int) -> tuple[int, int]:
     for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
         if channel_blocks % blocks:
             continue
-        r = _largest_divisor(rows, min(_MAX_ROWS, _ACCUMULATORS // blocks))
+        r = _largest_divisor(rows, min(_MAX_ROWS, accumulators // blocks))
         if (r * blocks, r) > (best[0] * best[1], best[0]):
             best = (r, blocks)
     return best
@@ -82,21 +86,22 @@ class PackedDot(ScheduleRule):
         if found is None:
             return None
         main, fmt = found
-        intrinsic = INTRINSICS.get((fmt, _INSTRUCTIONS[fmt](target) or ""))
+        intrinsic = INTRINSICS.get((fmt.name, _INSTRUCTIONS[fmt.name](target) or ""))
         if intrinsic is None:
             return None
         index = infos.index(main)
         lanes = vector_lanes(target, 32)
-        operand_bits = 8 if fmt.operand == "uint8" else 16
+        operand_bits = {"uint8": 8, "uint16": 16}.get(fmt.operand, 32)
         for producer in infos[:index]:
             schedule_injective_block(sch, producer.block_rv, vector_lanes(target, operand_bits))
-        self._schedule_main(sch, main, infos[index + 1:], fmt, intrinsic, lanes, tunable)
+        self._schedule_main(sch, main, infos[index + 1:], fmt, intrinsic, lanes,
+                            accumulator_vectors(target), tunable)
         return sch
 
     @staticmethod
-    def _tile(sch, channel_blocks: int, rows: int, tunable: bool):
+    def _tile(sch, channel_blocks: int, rows: int, tunable: bool, accumulators: int):
         """(rows, channel blocks): tile_shape's, or decisions sampled around them."""
-        default = tile_shape(channel_blocks, rows)
+        default = tile_shape(channel_blocks, rows, accumulators)
         if not tunable:
             return default
         choices = []
@@ -108,7 +113,7 @@ class PackedDot(ScheduleRule):
         return tuple(choices)
 
     def _schedule_main(self, sch, main, epilogues, fmt: DotFormat, intrinsic, lanes: int,
-                       tunable: bool = False) -> None:
+                       accumulators: int, tunable: bool = False) -> None:
         block = main.block_rv
         loops = sch.get_loops(block)
         kinds = main.dom_kind()
@@ -117,14 +122,16 @@ class PackedDot(ScheduleRule):
         if len(spatial) < 2:  # one output row (unit axes are dropped): a new unit row axis
             spatial.insert(0, sch.add_unit_loop(spatial[0]))
         channel_outer, channel_lane = sch.split(spatial[-1], factors=[None, fmt.lanes])
-        reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, fmt.group])
+        # one product per lane (float32): no group loop, the lane loop is vectorized instead
+        reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, fmt.group]) \
+            if fmt.group > 1 else (reduce[-1], None)
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
-                                  tunable)
+                                  tunable, accumulators)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
         outer = spatial[:-2]
         sch.reorder(block_out, *outer, row_out, *reduce[:-1], reduce_outer, row_in, block_in,
-                    channel_lane, reduce_group)
+                    channel_lane, *([reduce_group] if reduce_group is not None else []))
         tile = sch.fuse(block_out, *outer, row_out)
         sch.parallel(tile)
         name, llvm_ir = intrinsic
@@ -145,8 +152,11 @@ class PackedDot(ScheduleRule):
             schedule_injective_block(sch, crop, lanes)
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(write_back)[-1])
+        if name is None:  # before decomposing: the update block is then no reduction block
+            sch.vectorize(channel_lane)
         init = sch.decompose_reduction(block, reduce[0] if len(reduce) > 1 else reduce_outer)
         sch.vectorize(sch.get_loops(init)[-1])
-        sch.tensorize(channel_lane, name)
+        if name is not None:
+            sch.tensorize(channel_lane, name)
         sch.unroll(row_in)
         sch.unroll(block_in)

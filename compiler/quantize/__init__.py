@@ -11,7 +11,7 @@ from ..passes.step import Step
 from .annotate import AnnotateInt8
 from .bf16 import ConvertBF16
 from .realize import RealizeInt8
-from .sites import Site, main_sites
+from ..contraction_sites import Site, main_sites
 
 
 def steps(options: CompileOptions) -> list[Step]:

@@ -22,7 +22,7 @@ from aotc.options import DYNAMIC
 
 from ..relax_walk import mutate_functions
 from .params import ActivationParams, quantize_weight
-from .sites import main_sites
+from ..contraction_sites import main_sites
 
 
 def _scalar(value, dtype):

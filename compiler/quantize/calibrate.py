@@ -20,7 +20,7 @@ from aotc.options import CompileOptions
 
 from ..relax_walk import mutate_functions
 from . import observers
-from .sites import Site
+from ..contraction_sites import Site
 
 
 @relax.expr_functor.mutator

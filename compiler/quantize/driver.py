@@ -15,7 +15,7 @@ from aotc.options import DYNAMIC, CompileOptions, QuantizeOptions
 from ..pipeline import in_phase, run_phases
 from . import samples as sample_io
 from .calibrate import CalibrationRun, build_observed, calibrate
-from .sites import Site, main_sites
+from ..contraction_sites import Site, main_sites
 
 
 @dataclass

@@ -74,7 +74,7 @@ def _contraction_kind(call) -> str | None:
         return None
     kind = {"relax.nn.conv2d": "conv2d", "relax.matmul": "matmul"}.get(call.op.name)
     if kind == "conv2d" and int(call.attrs.groups) > 1:
-        return None  # no int8 kernel for grouped convolutions (sites.py)
+        return None  # no int8 kernel for grouped convolutions (contraction_sites.py)
     return kind
 
 

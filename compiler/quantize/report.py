@@ -14,7 +14,7 @@ from aotc.options import DYNAMIC
 
 from .calibrate import CalibrationRun
 from .params import ActivationParams, quantize_weight, sqnr_db
-from .sites import Site
+from ..contraction_sites import Site
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

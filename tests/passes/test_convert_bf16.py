@@ -60,7 +60,7 @@ def _kernels(mod):
 
 def test_structure():
     before = _module(_weights())
-    after = ConvertBF16(True, min_weight_bytes=0)(before)
+    after = ConvertBF16(True, bytes_per_row=0)(before)
     ops = main_ops(after)
     assert ops.count("relax.nn.conv2d") == 1  # the depthwise one
     assert ops.count("relax.matmul") == 2     # the two activation-by-activation ones
@@ -72,14 +72,14 @@ def test_structure():
 
 def test_threshold_and_disabled_leave_the_module():
     before = _module(_weights())
-    tvm.ir.assert_structural_equal(ConvertBF16(True)(before), before)   # all under 1 MB
-    tvm.ir.assert_structural_equal(ConvertBF16(False, min_weight_bytes=0)(before), before)
+    tvm.ir.assert_structural_equal(ConvertBF16(True)(before), before)   # far under 2 MB a row
+    tvm.ir.assert_structural_equal(ConvertBF16(False, bytes_per_row=0)(before), before)
 
 
 def test_numbers_match_bfloat16_rounded_float32():
     weights = _weights()
     x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
-    got = _run(ConvertBF16(True, min_weight_bytes=0)(_module(weights)), x)
+    got = _run(ConvertBF16(True, bytes_per_row=0)(_module(weights)), x)
     # reference: what the kernels compute, float32 sums of bfloat16-rounded operands; the
     # activation matmul's input (the first dense's output) is rounded there too
     rounded = {k: v.astype(ml_dtypes.bfloat16).astype(np.float32) if k in ("conv", "dense")

@@ -5,10 +5,17 @@ from __future__ import annotations
 from ..folding import refold
 from ..step import Step
 from .convert_layout_nhwc import ConvertLayoutNHWC
+from .prepack_weights import PrepackWeights
 
 
 def steps() -> list[Step]:
     return [Step(ConvertLayoutNHWC(), 2), *refold()]
 
 
-__all__ = ["ConvertLayoutNHWC", "steps"]
+def pack_steps(float_lanes: int | None) -> list[Step]:
+    """The pack phase (after quantize): float32 weights prepacked for the target's SIMD
+    width; ``float_lanes`` None (GPU rules) packs nothing."""
+    return [Step(PrepackWeights(float_lanes), 2)]
+
+
+__all__ = ["ConvertLayoutNHWC", "PrepackWeights", "pack_steps", "steps"]

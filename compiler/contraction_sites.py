@@ -1,5 +1,6 @@
-"""Which contractions int8 can take: the sites that calibration observes and annotate
-quantizes, found the same way by both so that their names agree.
+"""The contractions with a packed kernel (int8, bf16, prepacked float32): the sites that
+calibration observes, annotate quantizes and the packing passes rewrite, found the same way
+by all so that their names agree.
 
 A site is a conv2d (NHWC data, HWIO weights, one group: the layout phase made them so) or a
 matmul whose weight is a float32 constant and whose activation is float32 with a static
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
-from ..frontends.relax_shapes import static_shape
+from .frontends.relax_shapes import static_shape
 
 
 @dataclass(frozen=True)

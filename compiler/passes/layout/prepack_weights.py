@@ -1,0 +1,101 @@
+"""PrepackWeights: float32 conv2d (NHWC, one group) and matmul with constant weights become
+packed kernels (compiler/dot_kernels.py, ``fp32_format``) whose weights are laid out at
+compile time as ``[OC/L, KH, KW, IC, L]`` / ``[N/L, K, L]``, L = the target's float32 lanes.
+
+Why: with HWIO / [K, N] weights, each reduction step of a register tile reads L floats of a
+different row, ``OC`` floats apart: for weights past the L2 cache that is one page per step,
+and the kernels ran at 108-162 GFLOP/s where the cache-resident ones reached 300. Packed,
+a tile streams its weight block in order (2 threads here, /tmp/proto time_evaluator, fp32
+HWIO / packed, GFLOP/s): BERT's 768x3072 matmul 133 / 315 and 3072x768 108 / 326, ResNet's
+3x3 convs 14x14x256 162 / 337 and 7x7x512 124 / 306, a 512x1000 classifier 33 / 99; the
+cache-resident ones about the same (56x56x64 conv 300 / 307, 1x1 conv 64->256 at 56x56
+227 / 257). Results are bit-identical: the same products summed in the same order.
+
+Where it sits: after the quantize phase (int8 and bf16 take their sites first: what is left
+as float32 conv/matmul is packed here), before lowering, whose FoldConstant would otherwise
+see the weights as plain constants. Sites it leaves to ``Contraction``: output channels that
+do not fill whole blocks (padding them costs compute and a crop pass; MobileNetV2's 24- and
+40-channel convs), rows without a divisor between 4 and 8 (ViT's 197 tokens: the packed tile
+would be one row deep, 219 vs 271 GFLOP/s; Contraction pads them), depthwise/grouped
+convolutions and matmuls of two activations. CPU targets only (GPU rules do not read the
+packed layout)."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ... import dot_kernels
+from ...contraction_sites import Site, find_sites
+from ...relax_walk import mutate_functions
+
+_MAX_ROWS = 8
+
+
+def packed_call(site: Site, x: relax.Expr, fmt: dot_kernels.DotFormat, pad_value: int = 0):
+    """(te function, args...) for ``emit_te``: ``site``'s contraction as a packed kernel of
+    ``fmt`` reading ``x`` (already in the format's operand type)."""
+    weight = site.call.args[1].value.numpy()
+    if site.call.op.name == "relax.matmul":
+        return (dot_kernels.matmul, x,
+                relax.const(dot_kernels.pack_matmul_weight(weight, fmt)), weight.shape[1],
+                pad_value)
+    attrs = site.call.attrs
+    return (dot_kernels.conv2d_nhwc, x,
+            relax.const(dot_kernels.pack_conv_weight(weight, fmt)), weight.shape[3],
+            [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
+            [int(d) for d in attrs.dilation], pad_value)
+
+
+def site_kind(site: Site) -> str:
+    return "matmul" if site.call.op.name == "relax.matmul" else "conv2d"
+
+
+def tile_rows(site: Site) -> int:
+    """The output axis the packed tile's rows run along: the output width of a conv2d (NHWC),
+    the rows M of a matmul."""
+    return int(site.var.ty.shape[-2])
+
+
+def _packs_well(site: Site, lanes: int) -> bool:
+    rows = tile_rows(site)
+    whole_rows = rows <= _MAX_ROWS or any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
+    return int(site.var.ty.shape[-1]) % lanes == 0 and whole_rows
+
+
+@relax.expr_functor.mutator
+class _Packer(relax.PyExprMutator):
+    def __init__(self, mod, sites: dict, fmt):
+        super().__init__(mod)
+        self.sites, self.fmt = sites, fmt
+
+    def visit_var_binding_(self, binding):
+        site = self.sites.get(binding.var)
+        if site is None:
+            super().visit_var_binding_(binding)
+            return
+        x = self.visit_expr(site.activation)
+        y = self.builder_.emit_te(*packed_call(site, x, self.fmt),
+                                  primfunc_name_hint=f"{site_kind(site)}_packed")
+        if not isinstance(binding.var, relax.DataflowVar):
+            y = self.builder_.emit_output(y, binding.var.name)
+        self.set_var_remap(binding.var, y)
+
+
+@tvm.transform.module_pass(opt_level=0, name="PrepackWeights")
+class PrepackWeights:
+    """``lanes``: float32 lanes of the target's SIMD register (4, 8 or 16); None (a GPU
+    target) leaves the module as it is."""
+
+    def __init__(self, lanes: int | None):
+        self.lanes = lanes
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if self.lanes not in dot_kernels.FP32_FORMATS or \
+                "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+            return mod
+        sites = {s.var: s for s in find_sites(mod["main"]) if _packs_well(s, self.lanes)}
+        if not sites:
+            return mod
+        packer = _Packer(mod, sites, dot_kernels.fp32_format(self.lanes))
+        return relax.transform.DeadCodeElimination()(mutate_functions(mod, packer))
