@@ -11,6 +11,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from aotc import settings
+
 _STATE = {}
 
 
@@ -53,5 +55,11 @@ def tvm_ffi():
 
 def num_threads() -> int:
     """Threads of the TVM thread pool of the calling thread (what really runs, after any
-    TVM_NUM_THREADS / AOTC_NUM_THREADS setting took effect)."""
+    TVM_NUM_THREADS / AOTC_NUM_THREADS setting took effect).
+
+    Asking starts the pool, so aotc's thread setting is applied first: a pool started with
+    TVM's own default (half the cores: one here) pins the calling thread to core 0, and every
+    process it starts afterwards inherits that one-core mask. bench/bench_models.py asked this
+    before anything else, and so timed every engine (aotc, onnxruntime, torch) on one core."""
+    settings.apply_thread_setting()
     return int(tvm_ffi().get_global_func("runtime.NumThreads")())

@@ -119,6 +119,22 @@ def test_default_thread_count_is_every_allowed_core(tiny_so):
     assert threads == cores, out.stdout
 
 
+def test_asking_the_thread_count_first_keeps_every_core():
+    """Asking the pool's size before any model ran started TVM's pool with its own default
+    (one thread here), which pinned the caller to core 0, and every child process inherited
+    that: bench/bench_models.py timed all its engines on one core. In a fresh process."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "AOTC_NUM_THREADS")}
+    code = ("import os\n"
+            "allowed = os.sched_getaffinity(0)\n"
+            "from aotc.runtime._tvm_runtime import num_threads\n"
+            "print('THREADS', num_threads(), len(allowed), os.sched_getaffinity(0) == allowed)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True)
+    threads, cores, kept = out.stdout.split("THREADS")[1].split()
+    assert threads == cores and kept == "True", out.stdout
+
+
 def test_calling_thread_keeps_off_the_pinned_worker_cores(tiny_so):
     """In a fresh process: after the first run the placement knows the cores TVM's workers
     do not use, later runs happen there, and the caller's own affinity is restored."""
