@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_models import median_ms_in_subprocess, source_model  # noqa: E402  pylint: disable=wrong-import-position
 
-DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseAttention,FuseOps,ApplyRulesSafely,"
+DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseAttention,PrepackWeights,FuseOps,ApplyRulesSafely,"
                   "VectorMath,FoldConstantsNumpy")
 TIMER = """
 import json, sys, time, numpy as np

@@ -34,26 +34,27 @@ def _llvm_attrs(tvm_target):
     return tvm_target if tvm_target.get("kind") == "llvm" else tvm_target.get("host", {})
 
 
-def int8_dot(tvm_target) -> str | None:
-    """The int8 dot-product instructions ("avx512-vnni") the int8 kernels may be tensorized
-    onto for this target, or None (they then run as plain integer loops)."""
+def _first_answer(question: str, tvm_target):
+    """The first family's non-empty answer to ``family.<question>(attrs)``, or None; a family
+    without that function has nothing to say."""
     attrs = _llvm_attrs(tvm_target)
     for family in FAMILIES.values():
-        found = family.int8_dot(attrs)
+        found = getattr(family, question, lambda _attrs: None)(attrs)
         if found:
             return found
     return None
+
+
+def int8_dot(tvm_target) -> str | None:
+    """The int8 dot-product instructions ("avx512-vnni") the int8 kernels may be tensorized
+    onto for this target, or None (they then run as plain integer loops)."""
+    return _first_answer("int8_dot", tvm_target)
 
 
 def bf16_dot(tvm_target) -> str | None:
     """The bf16 dot-product instructions ("avx512-bf16") the bf16 kernels are tensorized onto
     for this target, or None."""
-    attrs = _llvm_attrs(tvm_target)
-    for family in FAMILIES.values():
-        found = family.bf16_dot(attrs)
-        if found:
-            return found
-    return None
+    return _first_answer("bf16_dot", tvm_target)
 
 
 def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
@@ -63,7 +64,12 @@ def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
         raise TargetError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp32":
         return spec
-    return FAMILIES[spec.family].for_precision(spec, precision)
+    family = FAMILIES[spec.family]
+    if not hasattr(family, "for_precision"):
+        raise TargetError(f"--precision {precision} is not built for {spec.name}: aotc has no "
+                          f"{precision} kernels for the {spec.family} family yet (fp32 and int8 "
+                          "are)")
+    return family.for_precision(spec, precision)
 
 
 def simd(tvm_target) -> tuple[int, int]:

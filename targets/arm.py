@@ -10,8 +10,6 @@ from __future__ import annotations
 import platform
 import shutil
 
-from aotc.errors import TargetError
-
 from .spec import Toolchain, TargetSpec
 
 FAMILY = "arm"
@@ -38,17 +36,6 @@ _PRESETS = (
 def simd(attrs) -> tuple[int, int] | None:
     """(128 bits, 32 registers) of NEON for an aarch64 llvm target; None for other families."""
     return (128, 32) if str(attrs.get("mtriple", "") or "").startswith("aarch64") else None
-
-
-def bf16_dot(attrs) -> str | None:
-    """No bf16 dot-product kernels for this family yet."""
-    del attrs
-    return None
-
-
-def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
-    raise TargetError(f"--precision {precision} is not built for {spec.name}: aotc has no "
-                      f"{precision} kernels for the {FAMILY} family yet (fp32 and int8 are)")
 
 
 def int8_dot(attrs) -> str | None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import platform
 import shutil
 
-from aotc.errors import TargetError
-
 from .spec import Toolchain, TargetSpec
 from .x86 import simd as host_simd
 
@@ -32,17 +30,6 @@ def simd(attrs) -> tuple[int, int] | None:
     """GPU targets have no CPU SIMD width; their host target belongs to the x86 family."""
     del attrs
     return None
-
-
-def bf16_dot(attrs) -> str | None:
-    """No bf16 dot-product kernels for this family yet."""
-    del attrs
-    return None
-
-
-def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
-    raise TargetError(f"--precision {precision} is not built for {spec.name}: aotc has no "
-                      f"{precision} kernels for the {FAMILY} family yet (fp32 and int8 are)")
 
 
 def int8_dot(attrs) -> str | None:

@@ -10,26 +10,15 @@ from tvm import te
 
 from aotc.compiler import dot_kernels as k
 from aotc.compiler.lower.cpu_dot import PackedDot
+from kernel_helpers import build_scheduled, check_guard, guarded_output
 
 TARGETS = {16: {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
            8: {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}}
 RNG = np.random.default_rng(0)
-GUARD, SENTINEL = 4096, 12345.0
 
 
 def _build(func, lanes):
-    target = tvm.target.Target(TARGETS[lanes])
-    with target:
-        sch = PackedDot().apply(func, target, False)
-    assert sch is not None
-    lib = tvm.compile(sch.mod, target=target)
-    assert "vfmadd" in lib.mod.inspect_source("asm")
-    return lib
-
-
-def _guarded(shape):
-    whole = tvm.runtime.tensor(np.full(int(np.prod(shape)) + GUARD, SENTINEL, np.float32))
-    return whole._create_view(tuple(shape)), whole
+    return build_scheduled(PackedDot(), func, tvm.target.Target(TARGETS[lanes]), "vfmadd")
 
 
 @pytest.mark.parametrize("lanes", [16, 8])
@@ -51,10 +40,10 @@ def test_conv(lanes, ic, oc, stride, pad, dilation):
         for j in range(3):
             want += xp[:, i * dilation:i * dilation + oh * stride:stride,
                        j * dilation:j * dilation + ow * stride:stride] @ w[i, j]
-    got, whole = _guarded(want.shape)
+    got, whole = guarded_output(want.shape)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
-    assert np.all(whole.numpy()[want.size:] == SENTINEL)
+    check_guard(whole, want.shape)
 
 
 @pytest.mark.parametrize("lanes", [16, 8])
@@ -69,7 +58,7 @@ def test_matmul(lanes, shape, n):
     out = te.compute(acc.shape, lambda *i: te.max(acc(*i), 0.0), name="relu")
     lib = _build(te.create_prim_func([xt, wt, out]), lanes)
     want = np.maximum(x.astype(np.float64) @ w, 0)
-    got, whole = _guarded(want.shape)
+    got, whole = guarded_output(want.shape)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
-    assert np.all(whole.numpy()[want.size:] == SENTINEL)
+    check_guard(whole, want.shape)

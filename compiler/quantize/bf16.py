@@ -37,8 +37,7 @@ from tvm import relax
 
 from .. import dot_kernels
 from ..frontends.relax_shapes import static_shape
-from ..passes.layout.prepack_weights import packed_call, site_kind
-from ..relax_walk import mutate_functions
+from ..passes.layout.prepack_weights import packed_call, rewrite_sites, site_kind
 from ..contraction_sites import Site, find_sites
 
 BYTES_PER_ROW = 2 << 20
@@ -49,24 +48,10 @@ def _weight_bytes_per_row(site: Site) -> float:
     return weight / int(np.prod(static_shape(site.var)[:-1]))
 
 
-@relax.expr_functor.mutator
-class _BF16Converter(relax.PyExprMutator):
-    def __init__(self, mod, sites: dict):
-        super().__init__(mod)
-        self.sites = sites          # binding var -> Site
-
-    def visit_var_binding_(self, binding):
-        site = self.sites.get(binding.var)
-        if site is None:
-            super().visit_var_binding_(binding)
-            return
-        xb = self.builder_.emit_te(dot_kernels.to_bf16_bits, self.visit_expr(site.activation),
-                                   primfunc_name_hint="to_bf16")
-        y = self.builder_.emit_te(*packed_call(site, xb, dot_kernels.BF16),
-                                  primfunc_name_hint=f"{site_kind(site)}_bf16")
-        if not isinstance(binding.var, relax.DataflowVar):
-            y = self.builder_.emit_output(y, binding.var.name)
-        self.set_var_remap(binding.var, y)
+def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
+    xb = bb.emit_te(dot_kernels.to_bf16_bits, x, primfunc_name_hint="to_bf16")
+    return bb.emit_te(*packed_call(site, xb, dot_kernels.BF16),
+                      primfunc_name_hint=f"{site_kind(site)}_bf16")
 
 
 @tvm.transform.module_pass(opt_level=0, name="ConvertBF16")
@@ -84,5 +69,4 @@ class ConvertBF16:
                  if _weight_bytes_per_row(s) >= self.bytes_per_row}
         if not sites:
             return mod
-        return relax.transform.DeadCodeElimination()(
-            mutate_functions(mod, _BF16Converter(mod, sites)))
+        return rewrite_sites(mod, sites, _emit_bf16)

@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from aotc.compiler.quantize import ConvertBF16
-from relax_helpers import main_ops
+from relax_helpers import main_ops, run_main
 
 RNG = np.random.default_rng(0)
 
@@ -45,14 +45,6 @@ def _module(weights):
     return bb.get()
 
 
-def _run(mod, x):
-    target = tvm.target.Target({"kind": "llvm", "mcpu": "cooperlake"})
-    with target:
-        mod = relax.transform.LegalizeOps()(mod)
-    vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
-    return vm["main"](tvm.runtime.tensor(x)).numpy()
-
-
 def _kernels(mod):
     return sorted(gv.name_hint for gv, f in mod.functions_items()
                   if isinstance(f, tvm.tirx.PrimFunc))
@@ -79,13 +71,13 @@ def test_threshold_and_disabled_leave_the_module():
 def test_numbers_match_bfloat16_rounded_float32():
     weights = _weights()
     x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
-    got = _run(ConvertBF16(True, bytes_per_row=0)(_module(weights)), x)
+    got = run_main(ConvertBF16(True, bytes_per_row=0)(_module(weights)), x, "cooperlake")
     # reference: what the kernels compute, float32 sums of bfloat16-rounded operands; the
     # activation matmul's input (the first dense's output) is rounded there too
     rounded = {k: v.astype(ml_dtypes.bfloat16).astype(np.float32) if k in ("conv", "dense")
                else v for k, v in weights.items()}
-    want = _run(_module(rounded), x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    want = run_main(_module(rounded), x.astype(ml_dtypes.bfloat16).astype(np.float32), "cooperlake")
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
-    exact = _run(_module(weights), x)
+    exact = run_main(_module(weights), x, "cooperlake")
     cos = float((got * exact).sum() / np.linalg.norm(got) / np.linalg.norm(exact))
     assert cos > 0.999

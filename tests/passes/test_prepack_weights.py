@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from aotc.compiler.passes.layout import PrepackWeights
-from relax_helpers import main_ops
+from relax_helpers import main_ops, run_main
 
 RNG = np.random.default_rng(0)
 
@@ -41,14 +41,6 @@ def _module():
             out = bb.emit_output(relax.op.matmul(y, _const(32, 16)))
         bb.emit_func_output(out)
     return bb.get()
-
-
-def _run(mod, x):
-    target = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64"})
-    with target:
-        mod = relax.transform.LegalizeOps()(mod)
-    vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
-    return vm["main"](tvm.runtime.tensor(x)).numpy()
 
 
 def _kernels(mod):
@@ -80,7 +72,7 @@ def test_lanes_follow_the_target():
 def test_numbers_unchanged():
     before = _module()
     x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
-    want = _run(before, x)
+    want = run_main(before, x)
     for lanes in (16, 8, 4):
-        np.testing.assert_allclose(_run(PrepackWeights(lanes)(before), x), want,
+        np.testing.assert_allclose(run_main(PrepackWeights(lanes)(before), x), want,
                                    rtol=1e-5, atol=1e-5)

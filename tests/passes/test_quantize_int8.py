@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from aotc.compiler.quantize import AnnotateInt8, RealizeInt8, main_sites
-from relax_helpers import main_ops
+from relax_helpers import main_ops, run_main
 
 RNG = np.random.default_rng(0)
 
@@ -45,14 +45,6 @@ def _ranges(mod):
     return {site.name: (-8.0, 8.0) for site in main_sites(mod)}
 
 
-def _run(mod, x):
-    target = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server"})
-    with target:
-        mod = relax.transform.LegalizeOps()(mod)
-    vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
-    return vm["main"](tvm.runtime.tensor(x)).numpy()
-
-
 def test_sites_skip_depthwise():
     assert [s.name for s in main_sites(_module())] == ["conv2d_0", "matmul_0"]
 
@@ -80,7 +72,7 @@ def test_realized_matches_annotated():
     annotated = AnnotateInt8(_ranges(before))(before)
     realized = RealizeInt8()(annotated)
     x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
-    reference, fake, real = _run(before, x), _run(annotated, x), _run(realized, x)
+    reference, fake, real = (run_main(m, x, "icelake-server") for m in (before, annotated, realized))
     np.testing.assert_allclose(real, fake, rtol=1e-3, atol=1e-3)
     cosine = float(fake.ravel() @ reference.ravel()
                    / np.linalg.norm(fake) / np.linalg.norm(reference))
@@ -106,7 +98,7 @@ def test_dynamic_matmul_range_per_run():
     assert "relax.dequantize" not in ops and "relax.matmul" not in ops
     assert ops.count("relax.subtract") == 2  # -low and acc - zx * sum(Wq)
     x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
-    reference, real = _run(before, x), _run(realized, x)
+    reference, real = (run_main(m, x, "icelake-server") for m in (before, realized))
     cosine = float(real.ravel() @ reference.ravel()
                    / np.linalg.norm(real) / np.linalg.norm(reference))
     assert cosine > 0.99

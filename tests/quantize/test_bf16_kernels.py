@@ -15,12 +15,12 @@ from aotc.compiler import dot_kernels as k
 from aotc.compiler.lower.cpu_dot import PackedDot
 from aotc.errors import TargetError
 from aotc.targets import bf16_dot, for_precision, resolve, x86
+from kernel_helpers import build_scheduled, check_guard, guarded_output
 
 BF16_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 2})
 RNG = np.random.default_rng(0)
 needs_bf16 = pytest.mark.skipif(not x86._BF16_FLAGS <= x86.cpu_flags(),
                                 reason="this CPU has no AVX512-BF16 to run the kernels on")
-GUARD, SENTINEL = 4096, 12345.0
 
 
 def _rounded(values):
@@ -28,18 +28,7 @@ def _rounded(values):
 
 
 def _build(func):
-    with BF16_TARGET:
-        sch = PackedDot().apply(func, BF16_TARGET, False)
-    assert sch is not None
-    lib = tvm.compile(sch.mod, target=BF16_TARGET)
-    assert "vdpbf16ps" in lib.mod.inspect_source("asm")
-    return lib
-
-
-def _guarded(shape):
-    size = int(np.prod(shape))
-    whole = tvm.runtime.tensor(np.full(size + GUARD, SENTINEL, np.float32))
-    return whole._create_view(tuple(shape)), whole
+    return build_scheduled(PackedDot(), func, BF16_TARGET, "vdpbf16ps")
 
 
 def _conv_reference(x, w, stride, pad, dilation):
@@ -68,10 +57,10 @@ def test_conv_matches_numpy(ic, oc, stride, pad, dilation):
                         (dilation, dilation), 0)
     lib = _build(te.create_prim_func([xt, wt, out]))
     want = _conv_reference(_rounded(x), _rounded(w), stride, pad, dilation)
-    got, whole = _guarded(want.shape)
+    got, whole = guarded_output(want.shape)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
-    assert np.all(whole.numpy()[want.size:] == SENTINEL)
+    check_guard(whole, want.shape)
 
 
 @needs_bf16
@@ -86,10 +75,10 @@ def test_matmul_matches_numpy(m, n):
     out = te.compute(acc.shape, lambda *i: acc(*i) * 2.0, name="epilogue")
     lib = _build(te.create_prim_func([xt, wt, out]))
     want = (_rounded(x).astype(np.float64) @ _rounded(w)) * 2
-    got, whole = _guarded(want.shape)
+    got, whole = guarded_output(want.shape)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
-    assert np.all(whole.numpy()[want.size:] == SENTINEL)
+    check_guard(whole, want.shape)
 
 
 def test_rounding_matches_ml_dtypes():

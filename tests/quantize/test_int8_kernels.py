@@ -11,34 +11,14 @@ from tvm import te
 from aotc.compiler.lower.cpu_contraction import Contraction
 from aotc.compiler.lower.cpu_dot import PackedDot, tile_shape
 from aotc.compiler import dot_kernels as k
+from kernel_helpers import build_scheduled, check_guard, guarded_output
 
 VNNI = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 RNG = np.random.default_rng(0)
 
 
-GUARD = 4096  # float32/int32 elements past the output, checked untouched (out-of-bounds writes)
-SENTINEL = 12345
-
-
-def _guarded_output(shape):
-    """(view of ``shape``, the whole buffer) with GUARD sentinel elements behind the view."""
-    size = int(np.prod(shape))
-    whole = tvm.runtime.tensor(np.full(size + GUARD, SENTINEL, np.int32))
-    return whole._create_view(tuple(shape)), whole
-
-
-def _check_guard(whole, shape):
-    tail = whole.numpy()[int(np.prod(shape)):]
-    assert np.all(tail == SENTINEL), f"kernel wrote {np.sum(tail != SENTINEL)} elements " \
-        "past its output"
-
-
 def _build(out, inputs, target=VNNI):
-    func = te.create_prim_func([*inputs, out])
-    with target:
-        sch = PackedDot().apply(func, target, False)
-    assert sch is not None
-    return tvm.compile(sch.mod, target=target)
+    return build_scheduled(PackedDot(), te.create_prim_func([*inputs, out]), target)
 
 
 def _conv_reference(x, w, zero, stride, pad, dilation):
@@ -69,10 +49,10 @@ def test_conv2d_matches_integer_reference(ic, oc, stride, pad, dilation):
                         (dilation, dilation), zero)
     lib = _build(out, [xt, wt])
     want = _conv_reference(x, w, zero, stride, pad, dilation)
-    got, whole = _guarded_output(want.shape)
+    got, whole = guarded_output(want.shape, "int32")
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_array_equal(got.numpy(), want)
-    _check_guard(whole, want.shape)
+    check_guard(whole, want.shape)
     assert "vpdpbusd" in lib.mod.inspect_source("asm")
 
 
@@ -90,14 +70,14 @@ def test_matmul_with_leading_axes(m, n):
     # the epilogue realize puts after the kernel (offset and scale per output channel)
     out = te.compute(acc.shape, lambda b, i, j: (acc[b, i, j] + offset[j]) * 2, name="epilogue")
     lib = _build(out, [xt, wt, offset])
-    got, whole = _guarded_output((2, m, n))
+    got, whole = guarded_output((2, m, n), "int32")
     offsets = RNG.integers(-100, 100, n).astype(np.int32)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), tvm.runtime.tensor(offsets),
                 got)
     xp = np.concatenate([x, np.full((2, m, 2), 3, np.uint8)], -1).astype(np.int64)
     wp = np.concatenate([w, np.zeros((2, n), np.int8)]).astype(np.int64)
     np.testing.assert_array_equal(got.numpy(), (xp @ wp + offsets) * 2)
-    _check_guard(whole, (2, m, n))
+    check_guard(whole, (2, m, n))
 
 
 def test_no_vnni_declines():
@@ -133,7 +113,7 @@ def test_padded_channels_never_written_past_the_output(rule):
     with VNNI:
         sch = rule.apply(func, VNNI, False)
     lib = tvm.compile(sch.mod, target=VNNI)
-    got, whole = _guarded_output((1, 1000))
+    got, whole = guarded_output((1, 1000), "int32")
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_array_equal(got.numpy(), (x.astype(np.int64) @ w) * 3)
-    _check_guard(whole, (1, 1000))
+    check_guard(whole, (1, 1000))

@@ -22,6 +22,8 @@ packed layout)."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import tvm
 from tvm import relax
 
@@ -64,22 +66,28 @@ def _packs_well(site: Site, lanes: int) -> bool:
 
 
 @relax.expr_functor.mutator
-class _Packer(relax.PyExprMutator):
-    def __init__(self, mod, sites: dict, fmt):
+class SiteRewriter(relax.PyExprMutator):
+    """Replaces each site's binding with ``emit(builder, site, activation)``'s result (the
+    activation already rewritten); every other binding is visited as usual."""
+
+    def __init__(self, mod, sites: dict, emit: Callable):
         super().__init__(mod)
-        self.sites, self.fmt = sites, fmt
+        self.sites, self.emit = sites, emit   # sites: binding var -> Site
 
     def visit_var_binding_(self, binding):
         site = self.sites.get(binding.var)
         if site is None:
             super().visit_var_binding_(binding)
             return
-        x = self.visit_expr(site.activation)
-        y = self.builder_.emit_te(*packed_call(site, x, self.fmt),
-                                  primfunc_name_hint=f"{site_kind(site)}_packed")
+        y = self.emit(self.builder_, site, self.visit_expr(site.activation))
         if not isinstance(binding.var, relax.DataflowVar):
             y = self.builder_.emit_output(y, binding.var.name)
         self.set_var_remap(binding.var, y)
+
+
+def rewrite_sites(mod: tvm.IRModule, sites: dict, emit: Callable) -> tvm.IRModule:
+    return relax.transform.DeadCodeElimination()(
+        mutate_functions(mod, SiteRewriter(mod, sites, emit)))
 
 
 @tvm.transform.module_pass(opt_level=0, name="PrepackWeights")
@@ -97,5 +105,6 @@ class PrepackWeights:
         sites = {s.var: s for s in find_sites(mod["main"]) if _packs_well(s, self.lanes)}
         if not sites:
             return mod
-        packer = _Packer(mod, sites, dot_kernels.fp32_format(self.lanes))
-        return relax.transform.DeadCodeElimination()(mutate_functions(mod, packer))
+        fmt = dot_kernels.fp32_format(self.lanes)
+        return rewrite_sites(mod, sites, lambda bb, site, x: bb.emit_te(
+            *packed_call(site, x, fmt), primfunc_name_hint=f"{site_kind(site)}_packed"))
