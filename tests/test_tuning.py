@@ -37,7 +37,7 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
     model = _matmul_relu(tmp_path / "mm.onnx")
     log = tmp_path / "mm.jsonl"
     report = aotc.tune(model, trials=4, log=log)
-    assert [r.task for r in report.results] == ["fused_matmul_relu"]
+    assert [r.task for r in report.results] == ["fused_matmul_packed_relu"]
     assert report.results[0].tuned_seconds is not None  # at least one candidate ran
     records, warnings = tuning_log.read(log)
     assert warnings == [] and not records[0].final  # the first new best, checkpointed
@@ -51,7 +51,7 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
     compiled, _ = check_against_onnxruntime(model, tmp_path, rtol=1e-5, atol=1e-5,
                                             tuning_logs=[log])
     beat_default = record.beats_default
-    assert compiled.metadata["tuned_kernels"] == (["fused_matmul_relu"] if beat_default else [])
+    assert compiled.metadata["tuned_kernels"] == (["fused_matmul_packed_relu"] if beat_default else [])
     share = compiled.metadata["tuning"]  # the log timed the kernel either way
     assert share["kernels_estimated"] == share["kernels"] == 1
     assert share["estimated_seconds"] == pytest.approx(
@@ -64,7 +64,7 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
     (tmp_path / "forced").mkdir()
     compiled, _ = check_against_onnxruntime(model, tmp_path / "forced", rtol=1e-5, atol=1e-5,
                                             tuning_logs=[forced])
-    assert compiled.metadata["tuned_kernels"] == ["fused_matmul_relu"]
+    assert compiled.metadata["tuned_kernels"] == ["fused_matmul_packed_relu"]
     assert compiled.metadata["tuning"]["tuned_share"] == 1.0
 
 
