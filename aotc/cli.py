@@ -451,7 +451,12 @@ def farm_status_cmd(tracker):
     servers = info.get("server_info", [])
     click.echo(f"tracker {located.address}: {len(servers)} servers")
     click.echo(f"{'key':20s} {'servers':>7s} {'free':>5s} {'busy':>5s} {'pending':>7s}")
-    for key, queue in sorted(info.get("queue_info", {}).items()):
+    queues = info.get("queue_info", {})
+    # a server is in server_info from its first message, in its key's queue only once it has
+    # offered itself: list the keys of both (the status test once caught the gap)
+    keys = set(queues) | {s.get("key", "").split(":")[-1] for s in servers if s.get("key")}
+    for key in sorted(keys):
+        queue = queues.get(key, {})
         count = sum(1 for s in servers if s.get("key", "").split(":")[-1] == key)
         free = queue.get("free", 0)
         click.echo(f"{key:20s} {count:7d} {free:5d} {max(count - free, 0):5d} "
