@@ -54,8 +54,8 @@ def _name(info) -> str:
 
 def tile_shape(channel_blocks: int, rows: int, accumulators: int = 24) -> tuple[int, int]:
     """(rows R, channel blocks V) of the register tile: the most accumulators R*V (at most
-    ``accumulators``: 24 of AVX-512's 32 registers) with V up to 4 blocks of 16 channels and R up to 8 rows, each
-    dividing its axis; ties go to more rows (each weight block is then reused more). Taking V
+    ``accumulators``: 24 of AVX-512's 32 registers) with V up to 4 blocks of channels and R
+    up to 8 rows, each dividing its axis; ties go to more rows (each weight block is then reused more). Taking V
     first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7 has no divisor <= 6):
     768 GOP/s against 1800 for the 56x56 ones (aotc profile)."""
     best = (1, 1)
@@ -78,8 +78,8 @@ class PackedDot(ScheduleRule):
 
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         """Schedule ``sch``'s main in place (``sch`` may be MetaSchedule's traced schedule:
-        schedules/space.py); None when it is not an int8 kernel or the target has no dot
-        product. With ``tunable``, the tile's rows and channel blocks are sampled decisions
+        schedules/space.py); None when it is not a packed kernel or the target lacks its
+        format's instruction. With ``tunable``, the tile's rows and channel blocks are sampled decisions
         whose defaults are the untuned choices."""
         infos = normalize_prim_func(sch)
         found = _packed_block(infos)

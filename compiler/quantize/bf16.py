@@ -37,7 +37,7 @@ from tvm import relax
 
 from .. import dot_kernels
 from ..frontends.relax_shapes import static_shape
-from ..passes.layout.prepack_weights import packed_call, rewrite_sites, site_kind
+from ..passes.layout.prepack_weights import rewrite_sites, site_kind, site_packed_call
 from ..contraction_sites import Site, find_sites
 
 BYTES_PER_ROW = 2 << 20
@@ -50,7 +50,7 @@ def _weight_bytes_per_row(site: Site) -> float:
 
 def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
     xb = bb.emit_te(dot_kernels.to_bf16_bits, x, primfunc_name_hint="to_bf16")
-    return bb.emit_te(*packed_call(site, xb, dot_kernels.BF16),
+    return bb.emit_te(*site_packed_call(site, xb, dot_kernels.BF16),
                       primfunc_name_hint=f"{site_kind(site)}_bf16")
 
 

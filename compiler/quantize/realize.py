@@ -26,6 +26,7 @@ from tvm import relax
 from ..frontends.relax_shapes import static_shape
 from ..relax_walk import mutate_functions
 from .. import dot_kernels
+from ..passes.layout.prepack_weights import packed_call
 
 _INT32_SAFE = 2 ** 30
 
@@ -170,16 +171,10 @@ class _Realizer(relax.PyExprMutator):
 
 
 def _kernel(site: _Int8Site, xq):
-    """(te function, args, kwargs) for emit_te."""
-    if site.kind == "matmul":  # K padding meets zero weights: any pad value will do
-        zero = site.x_zero if isinstance(site.x_zero, int) else 0
-        return (dot_kernels.matmul, xq, relax.const(dot_kernels.pack_matmul_weight(site.wq)),
-                site.wq.shape[1], zero)
-    attrs = site.call.attrs
-    padding = [int(p) for p in attrs.padding]
-    return (dot_kernels.conv2d_nhwc, xq, relax.const(dot_kernels.pack_conv_weight(site.wq)),
-            site.wq.shape[3], [int(s) for s in attrs.strides], padding,
-            [int(d) for d in attrs.dilation], site.x_zero)
+    """(te function, args...) for emit_te. A matmul's K padding meets zero weights, so any pad
+    value will do there; a conv pads with the zero point (the quantized 0.0)."""
+    zero = site.x_zero if isinstance(site.x_zero, int) else 0
+    return packed_call(site.call, site.wq, xq, dot_kernels.INT8, zero)
 
 
 def _biased_sites(func: relax.Function) -> dict:

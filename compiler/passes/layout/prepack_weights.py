@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -34,19 +35,25 @@ from ...relax_walk import mutate_functions
 _MAX_ROWS = 8
 
 
-def packed_call(site: Site, x: relax.Expr, fmt: dot_kernels.DotFormat, pad_value: int = 0):
-    """(te function, args...) for ``emit_te``: ``site``'s contraction as a packed kernel of
-    ``fmt`` reading ``x`` (already in the format's operand type)."""
-    weight = site.call.args[1].value.numpy()
-    if site.call.op.name == "relax.matmul":
+def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
+                fmt: dot_kernels.DotFormat, pad_value: int = 0):
+    """(te function, args...) for ``emit_te``: the conv2d/matmul ``call`` as a packed kernel of
+    ``fmt`` reading ``x`` (already in the format's operand type), ``weight`` (HWIO / [K, N],
+    in the format's input type) packed at compile time."""
+    if call.op.name == "relax.matmul":
         return (dot_kernels.matmul, x,
                 relax.const(dot_kernels.pack_matmul_weight(weight, fmt)), weight.shape[1],
                 pad_value)
-    attrs = site.call.attrs
+    attrs = call.attrs
     return (dot_kernels.conv2d_nhwc, x,
             relax.const(dot_kernels.pack_conv_weight(weight, fmt)), weight.shape[3],
             [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
             [int(d) for d in attrs.dilation], pad_value)
+
+
+def site_packed_call(site: Site, x: relax.Expr, fmt: dot_kernels.DotFormat):
+    """packed_call of a float32 site, its constant weight converted by ``fmt``'s packing."""
+    return packed_call(site.call, site.call.args[1].value.numpy(), x, fmt)
 
 
 def site_kind(site: Site) -> str:
@@ -107,4 +114,4 @@ class PrepackWeights:
             return mod
         fmt = dot_kernels.fp32_format(self.lanes)
         return rewrite_sites(mod, sites, lambda bb, site, x: bb.emit_te(
-            *packed_call(site, x, fmt), primfunc_name_hint=f"{site_kind(site)}_packed"))
+            *site_packed_call(site, x, fmt), primfunc_name_hint=f"{site_kind(site)}_packed"))
