@@ -5,9 +5,10 @@ space of their own.
 The default-rules space is compiler/lower's PackedDot rule (int8 and bf16 kernels) or else its
 Contraction rule, run on MetaSchedule's traced schedule with ``tunable=True``: the register
 tile (rows x columns) becomes two sampled decisions whose default values are the untuned
-choices. So the untuned tile is a point of
-the search space (the first design space MetaSchedule starts from carries it), and the
-evolutionary search samples the tiles around it. Kernels that are not contractions get only
+choices. The packed kernels also give two design spaces, one for each order of their
+parallel tiles (pixels first or channel blocks first: a structural choice that a sampled
+decision could not change on replay). So the untuned schedule is a point of the search space,
+and the search samples the tiles around it. Kernels that are not contractions get only
 MetaSchedule's space (the other default rules have no decisions yet)."""
 
 from __future__ import annotations
@@ -33,9 +34,12 @@ def default_rules_space(target: tvm.target.Target) -> ms.space_generator.Schedul
     register_cpu_intrinsics()  # before any TuneContext sees it (intrinsics.py)
     def schedule(sch):
         try:
-            scheduled = PackedDot().schedule(sch, target, tunable=True)
-            if scheduled is None:
-                scheduled = Contraction().schedule(sch, target, tunable=True)
+            # the packed kernels' two orders of their parallel tiles: one space each
+            packed = [PackedDot().schedule(sch.copy(), target, tunable=True, pixels=pixels)
+                      for pixels in (True, False)]
+            if packed[0] is not None:
+                return packed
+            scheduled = Contraction().schedule(sch, target, tunable=True)
         except (ScheduleError, InternalError) as err:
             # On MetaSchedule's traced schedule, TVM 0.27's reverse_compute_inline can fail
             # with an InternalError ("Cannot dispatch a null expression": EfficientNet-style

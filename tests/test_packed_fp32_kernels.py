@@ -6,7 +6,7 @@ written past its end; the code is vectorized FMAs."""
 import numpy as np
 import pytest
 import tvm
-from tvm import te
+from tvm import s_tir, te
 
 from aotc.compiler import dot_kernels as k
 from aotc.compiler.lower.cpu_dot import PackedDot
@@ -62,3 +62,35 @@ def test_matmul(lanes, shape, n):
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
     check_guard(whole, want.shape)
+
+
+@pytest.mark.parametrize("pixels", [True, False])
+def test_both_tile_orders(pixels):
+    """Pixels first (small weights) and channel blocks first (large ones) compute the same
+    conv; the default picks by the weights' size."""
+    x = RNG.standard_normal((1, 14, 14, 32)).astype(np.float32)
+    w = RNG.standard_normal((3, 3, 32, 64)).astype(np.float32)
+    packed = k.pack_conv_weight(w, k.fp32_format(16))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    out = k.conv2d_nhwc(xt, wt, 64, (1, 1), (1,) * 4, (1, 1), 0)
+    func = te.create_prim_func([xt, wt, out])
+    target = tvm.target.Target(TARGETS[16])
+    with target:
+        sch = PackedDot().schedule(s_tir.Schedule(func), target, pixels=pixels)
+    assert _channels_outermost(sch) != pixels
+    lib = tvm.compile(sch.mod, target=target)
+    got, whole = guarded_output((1, 14, 14, 64))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(xp[:, i:i + 14, j:j + 14] @ w[i, j] for i in range(3) for j in range(3))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+    check_guard(whole, want.shape)
+    with target:
+        assert not _channels_outermost(PackedDot().apply(func, target, False))  # 74 KB weights
+
+
+def _channels_outermost(sch) -> bool:
+    """Whether the fused parallel loop starts with the output-channel axis (ax2...)."""
+    loop = sch.get_loops(sch.get_sblock("aotc_fp32x16_contract_update"))[0]
+    return str(sch.get(loop).loop_var).startswith("ax2")

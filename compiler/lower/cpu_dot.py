@@ -18,10 +18,10 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
-from aotc.targets import bf16_dot, int8_dot
+from aotc.targets import bf16_dot, int8_dot, simd
 
 from ..dot_kernels import BF16, CROP_BLOCK, FORMATS, INT8, DotFormat
-from .cpu_blocks import (_extent, _largest_divisor, accumulator_vectors,
+from .cpu_blocks import (_extent, _largest_divisor,
                          schedule_injective_block, vector_lanes)
 from .cpu_contraction import Contraction
 from .dot_intrinsics import BF16_16x2, BF16_LLVM, VNNI_16x4
@@ -32,7 +32,7 @@ INTRINSICS = {("int8", "avx512-vnni"): (VNNI_16x4, None),
               ("bf16", "avx512-bf16"): (BF16_16x2, BF16_LLVM),
               ("fp32", "fma"): (None, None)}
 _INSTRUCTIONS = {"int8": int8_dot, "bf16": bf16_dot, "fp32": lambda _target: "fma"}
-_MAX_ROWS, _MAX_CHANNEL_BLOCKS = 8, 4
+_MAX_ROWS, _MAX_CHANNEL_BLOCKS = 16, 4
 
 
 def _packed_block(infos) -> tuple[object, DotFormat] | None:
@@ -48,21 +48,53 @@ def _packed_block(infos) -> tuple[object, DotFormat] | None:
     return None
 
 
+# Weights up to this size are read whole by every thread (pixels first); half of a 2 MB L2
+_PIXELS_FIRST_WEIGHT_BYTES = 1 << 20
+
+
+def pixels_first(sch, block, fmt: DotFormat) -> bool:
+    """Whether the parallel tiles go over output pixels first and channel blocks inside them
+    (each thread: a band of the image, every channel, all the weights) rather than channel
+    blocks first (each thread: its share of the channels, every pixel, its share of the
+    weights). Pixels first where the weights fit in half of L2: the next layer then reads the
+    band this core wrote, from its own cache (ResNet-18's 56x56x64 3x3 conv 0.87 -> 0.79 ms,
+    the 7x7/2 stem 1.00 -> 0.87, 56x56 3x3/2 0.49 -> 0.40). Channels first where the weights
+    are large: reading them all per thread cost 14x14x256 3x3 0.83 -> 1.02 ms and 7x7x512
+    0.86 -> 1.43 (2 threads, time_evaluator)."""
+    return _weight_bytes(sch, block, fmt) <= _PIXELS_FIRST_WEIGHT_BYTES
+
+
+def _weight_bytes(sch, block, fmt: DotFormat) -> int:
+    """Bytes of the packed weight the reduction block reads (shape [..., lanes, group])."""
+    for region in sch.get(block).reads:
+        shape = [int(d) for d in region.source.shape]
+        if len(shape) >= 3 and shape[-2:] == [fmt.lanes, fmt.group]:
+            count = 1
+            for d in shape:
+                count *= d
+            return count * region.source.dtype.bits // 8
+    return 0
+
+
 def _name(info) -> str:
     return info.name or ""
 
 
-def tile_shape(channel_blocks: int, rows: int, accumulators: int = 24) -> tuple[int, int]:
-    """(rows R, channel blocks V) of the register tile: the most accumulators R*V (at most
-    ``accumulators``: 24 of AVX-512's 32 registers) with V up to 4 blocks of channels and R
-    up to 8 rows, each dividing its axis; ties go to more rows (each weight block is then reused more). Taking V
-    first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7 has no divisor <= 6):
-    768 GOP/s against 1800 for the 56x56 ones (aotc profile)."""
+def tile_shape(channel_blocks: int, rows: int, registers: int = 32) -> tuple[int, int]:
+    """(rows R, channel blocks V) of the register tile: the most accumulators R*V that leave
+    V registers for the weight vectors (R*V + V <= ``registers``; the activation broadcasts
+    fold into the multiply-adds' memory operands), with V up to 4 blocks of channels and R up
+    to 16 rows, each dividing its axis; ties go to more rows (each weight vector is then
+    reused more). Taking V first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7
+    has no divisor <= 6): 768 GOP/s against 1800 for the 56x56 ones (aotc profile). Capping
+    the tile at 24 accumulators and 8 rows left the 3x3 convs at 7x2 where 14x2 runs 5-7%
+    faster (56x56x64: 0.81 -> 0.76 ms, 28x28x128 0.81 -> 0.76, 14x14x256 0.83 -> 0.79; 2
+    threads, time_evaluator)."""
     best = (1, 1)
     for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
         if channel_blocks % blocks:
             continue
-        r = _largest_divisor(rows, min(_MAX_ROWS, accumulators // blocks))
+        r = _largest_divisor(rows, min(_MAX_ROWS, registers // blocks - 1))
         if (r * blocks, r) > (best[0] * best[1], best[0]):
             best = (r, blocks)
     return best
@@ -76,11 +108,14 @@ class PackedDot(ScheduleRule):
             return None
         return self.schedule(s_tir.Schedule(func), target, tunable)
 
-    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False,
+                 pixels: bool | None = None):
         """Schedule ``sch``'s main in place (``sch`` may be MetaSchedule's traced schedule:
         schedules/space.py); None when it is not a packed kernel or the target lacks its
-        format's instruction. With ``tunable``, the tile's rows and channel blocks are sampled decisions
-        whose defaults are the untuned choices."""
+        format's instruction. With ``tunable``, the tile's rows and channel blocks are sampled
+        decisions whose defaults are the untuned choices. ``pixels`` fixes the order of the
+        parallel tiles (``pixels_first``'s choice when None): a structural choice, so the
+        tuner gets one design space for each order."""
         infos = normalize_prim_func(sch)
         found = _packed_block(infos)
         if found is None:
@@ -95,13 +130,13 @@ class PackedDot(ScheduleRule):
         for producer in infos[:index]:
             schedule_injective_block(sch, producer.block_rv, vector_lanes(target, operand_bits))
         self._schedule_main(sch, main, infos[index + 1:], fmt, intrinsic, lanes,
-                            accumulator_vectors(target), tunable)
+                            simd(target)[1], tunable, pixels)
         return sch
 
     @staticmethod
-    def _tile(sch, channel_blocks: int, rows: int, tunable: bool, accumulators: int):
+    def _tile(sch, channel_blocks: int, rows: int, tunable: bool, registers: int):
         """(rows, channel blocks): tile_shape's, or decisions sampled around them."""
-        default = tile_shape(channel_blocks, rows, accumulators)
+        default = tile_shape(channel_blocks, rows, registers)
         if not tunable:
             return default
         choices = []
@@ -113,7 +148,7 @@ class PackedDot(ScheduleRule):
         return tuple(choices)
 
     def _schedule_main(self, sch, main, epilogues, fmt: DotFormat, intrinsic, lanes: int,
-                       accumulators: int, tunable: bool = False) -> None:
+                       registers: int, tunable: bool = False, pixels: bool | None = None) -> None:
         block = main.block_rv
         loops = sch.get_loops(block)
         kinds = main.dom_kind()
@@ -126,13 +161,16 @@ class PackedDot(ScheduleRule):
         reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, fmt.group]) \
             if fmt.group > 1 else (reduce[-1], None)
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
-                                  tunable, accumulators)
+                                  tunable, registers)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
         outer = spatial[:-2]
-        sch.reorder(block_out, *outer, row_out, *reduce[:-1], reduce_outer, row_in, block_in,
+        if pixels is None:
+            pixels = pixels_first(sch, block, fmt)
+        order = [*outer, row_out, block_out] if pixels else [block_out, *outer, row_out]
+        sch.reorder(*order, *reduce[:-1], reduce_outer, row_in, block_in,
                     channel_lane, *([reduce_group] if reduce_group is not None else []))
-        tile = sch.fuse(block_out, *outer, row_out)
+        tile = sch.fuse(*order)
         sch.parallel(tile)
         name, llvm_ir = intrinsic
         if llvm_ir:  # the function the intrinsic calls, linked into this kernel's module

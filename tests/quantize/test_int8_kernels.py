@@ -90,10 +90,15 @@ def test_no_vnni_declines():
 
 
 def test_tile_shape_fits_registers():
-    for blocks in (1, 2, 3, 4, 8, 24):
-        for rows in (1, 7, 14, 56, 128, 197):
-            r, v = tile_shape(blocks, rows)
-            assert blocks % v == 0 and rows % r == 0 and r * v <= 24
+    """Accumulators plus one register per weight vector fit the register file (32 on
+    AVX-512, 16 on AVX2); 56-pixel rows of 64 channels get the 14x2 tile."""
+    for registers in (32, 16):
+        for blocks in (1, 2, 3, 4, 8, 24):
+            for rows in (1, 7, 14, 56, 128, 197):
+                r, v = tile_shape(blocks, rows, registers)
+                assert blocks % v == 0 and rows % r == 0 and r * v + v <= registers
+    assert tile_shape(4, 56) == (14, 2)
+    assert tile_shape(32, 7) == (7, 4)
 
 
 @pytest.mark.parametrize("rule", [PackedDot(), Contraction()])
