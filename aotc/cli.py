@@ -114,7 +114,7 @@ def quantize_options(command):
 PRECISION_OPTION = click.option(
     "--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
     help="bf16: conv/matmul layers with constant weights take bfloat16 operands with float32 "
-         "sums (needs AVX512-BF16; fp16 is refused: not built).")
+         "sums (needs AVX512-BF16); fp16: float16 operands and sums (needs AVX512-FP16).")
 
 
 @main.command("compile")

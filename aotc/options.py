@@ -16,8 +16,8 @@ OPT_LEVELS = (0, 1, 2, 3)
 QUANTIZE_MODES = ("int8", "int8-dynamic")
 DYNAMIC = "dynamic"  # the range of a layer quantized per run (CompileOptions.int8_ranges)
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
-# float32 everywhere, or conv/matmul with constant weights in bfloat16 (float32 sums); fp16 is
-# refused by every target today (targets.for_precision says why).
+# float32 everywhere, or conv/matmul with constant weights in bfloat16 (float32 sums) or float16
+# (float16 sums); targets.for_precision says which targets have the instructions.
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -74,8 +74,9 @@ class CompileOptions:
         tuning logs by ``aotc.compile(tuning_logs=...)``): asked first for every kernel, the
         default rules take the rest. None: default rules only.
     precision: "fp32", or "bf16": convolutions and matmuls with constant weights take
-        bfloat16 operands with float32 sums (compiler/quantize/bf16.py); the target must have
-        the instructions (targets.for_precision enables them or says why not)."""
+        bfloat16 operands with float32 sums (compiler/quantize/bf16.py), or "fp16": float16
+        operands and sums (compiler/quantize/fp16.py); the target must have the instructions
+        (targets.for_precision enables them or says why not)."""
 
     opt_level: int = 3
     disabled_passes: tuple[str, ...] = ()

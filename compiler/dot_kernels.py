@@ -9,6 +9,9 @@ time in the blocked order the kernel reads, in three formats:
   bfloat16 type to float32, so a kernel written in it computes in float32.
 - ``fp32_format(lanes)`` (passes/layout/prepack_weights.py): float32 with one product per
   lane, blocks of one SIMD register's lanes, for FMAs (the schedule vectorizes the lanes).
+- ``FP16`` (quantize/fp16.py, ``--precision fp16``): float16 activations, weights and sums,
+  32 lanes, for AVX512-FP16's ``vfmadd231ph`` (twice the multiply-adds of a float32 FMA);
+  the kernel widens its sums to float32 on the way out, so the graph around it stays float32.
 
 All pack the weights ``[OC/L, ..., IC/G, L, G]`` (L lanes, G products per lane): the LxG block
 the instruction reads is contiguous, and the schedule (compiler/lower/cpu_dot.py) tensorizes
@@ -46,7 +49,7 @@ class DotFormat:
     def product(self, a, w):
         if self.name == "int8":
             return a.astype("int32") * w.astype("int32")
-        if self.name == "fp32":
+        if self.name in ("fp32", "fp16"):
             return a * w
         return bf16_value(a) * bf16_value(w)
 
@@ -56,7 +59,8 @@ BF16 = DotFormat("bf16", "aotc_bf16_contract", "uint16", "uint16", "float32", 2)
 # float32 blocks as wide as the target's SIMD register: NEON 4, AVX2 8, AVX-512 16
 FP32_FORMATS = {lanes: DotFormat("fp32", f"aotc_fp32x{lanes}_contract", "float32", "float32",
                                  "float32", 1, lanes) for lanes in (4, 8, 16)}
-FORMATS = (INT8, BF16, *FP32_FORMATS.values())
+FP16 = DotFormat("fp16", "aotc_fp16x32_contract", "float16", "float16", "float16", 1, 32)
+FORMATS = (INT8, BF16, FP16, *FP32_FORMATS.values())
 
 
 def fp32_format(lanes: int) -> DotFormat:
@@ -116,7 +120,15 @@ def _format_of(w: te.Tensor) -> DotFormat:
     """The format of packed weights ``w``: by dtype, and for float32 by block width."""
     if str(w.dtype) == "float32":
         return FP32_FORMATS[int(w.shape[-2])]
-    return {f.weight: f for f in (INT8, BF16)}[str(w.dtype)]
+    return {f.weight: f for f in (INT8, BF16, FP16)}[str(w.dtype)]
+
+
+def _widened(acc: te.Tensor, fmt: DotFormat) -> te.Tensor:
+    """float16 sums widened to float32 (the kernel's first epilogue); other formats' sums as
+    they are (int8's are requantized by their caller)."""
+    if fmt is not FP16:
+        return acc
+    return te.compute(acc.shape, lambda *i: acc(*i).astype("float32"), name="aotc_dot_widen")
 
 
 def _crop(acc: te.Tensor, channels: int) -> te.Tensor:
@@ -151,7 +163,7 @@ def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding,
         x[b, i * sh + rh * dh, j * sw + rw * dw, rc],
         w[o // lanes, rh, rw, rc // group, o % lanes, rc % group]),
         axis=[rh, rw, rc]), name=fmt.block)
-    return _crop(acc, out_channels)
+    return _widened(_crop(acc, out_channels), fmt)
 
 
 def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int) -> te.Tensor:
@@ -169,4 +181,4 @@ def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int) -> te.
     acc = te.compute(lead + [int(w.shape[0]) * lanes], lambda *i: te.sum(fmt.product(
         x(*i[:-1], rk), w[i[-1] // lanes, rk // group, i[-1] % lanes, rk % group]),
         axis=[rk]), name=fmt.block)
-    return _crop(acc, out_features)
+    return _widened(_crop(acc, out_features), fmt)

@@ -14,7 +14,8 @@ Phases (names are what --dump-ir and --explain print):
             then realized as int8 kernels with prepacked weights (compiler/quantize); right
             after fusion so that combined projections are one int8 kernel, and before
             lowering, whose FoldConstant would fold the weights' dequantize away; with
-            --precision bf16, large-weight contractions as bf16 kernels
+            --precision bf16, large-weight contractions as bf16 kernels; with --precision fp16,
+            the contractions as float16 kernels
   pack      the float32 conv/matmul weights left prepacked in the blocked order the kernels
             read (passes/layout/prepack_weights.py)
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/

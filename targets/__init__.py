@@ -57,6 +57,12 @@ def bf16_dot(tvm_target) -> str | None:
     return _first_answer("bf16_dot", tvm_target)
 
 
+def fp16_dot(tvm_target) -> str | None:
+    """The float16 vector instructions ("avx512-fp16") the fp16 kernels run on for this
+    target, or None."""
+    return _first_answer("fp16_dot", tvm_target)
+
+
 def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
     """The spec to compile ``spec``'s models at ``precision`` with (its instructions enabled),
     or a TargetError saying why this target cannot: asked before any model work."""
@@ -101,4 +107,4 @@ def measurable_here(spec: TargetSpec) -> str | None:
     return runs_here(spec)
 
 
-__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "for_precision", "int8_dot", "resolve", "measurable_here", "runs_here", "simd"]
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "for_precision", "fp16_dot", "int8_dot", "resolve", "measurable_here", "runs_here", "simd"]

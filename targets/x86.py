@@ -85,24 +85,42 @@ def bf16_dot(attrs) -> str | None:
     return None
 
 
+# LLVM CPUs with AVX512-FP16 (vfmadd231ph on <32 x half>); Zen 4 and 5 lack it.
+_FP16_CPUS = {"sapphirerapids", "emeraldrapids", "graniterapids"}
+_FP16_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_fp16"}
+
+
+def fp16_dot(attrs) -> str | None:
+    """The float16 vector instruction set an x86 llvm target has ("avx512-fp16"), or None."""
+    mattr = {str(a) for a in attrs.get("mattr", []) or []}
+    if "+avx512fp16" in mattr or str(attrs.get("mcpu", "")) in _FP16_CPUS:
+        return "avx512-fp16"
+    return None
+
+
+# precision -> (query, LLVM attribute, CPU flags, what it runs on, the preset that has it)
+_PRECISIONS = {
+    "bf16": (bf16_dot, "+avx512bf16", _BF16_FLAGS, "AVX512-BF16 (vdpbf16ps)",
+             "x86-bf16 for a CPU that has it (Cooper Lake, Sapphire Rapids, Zen 4 and later)"),
+    "fp16": (fp16_dot, "+avx512fp16", _FP16_FLAGS, "AVX512-FP16 (vfmadd231ph)",
+             "x86-fp16 for a CPU that has it (Sapphire Rapids and later)"),
+}
+
+
 def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
-    """``spec`` with the instructions ``precision`` needs enabled, or a TargetError.
-    bf16: the host preset gets ``+avx512bf16`` when this CPU has it (its mcpu, icelake-server,
-    lacks it: LLVM would refuse vdpbf16ps). fp16 (AVX512-FP16) is not built."""
-    if precision == "fp16":
-        raise TargetError(f"--precision fp16 is not built for {spec.name}: aotc has no x86 "
-                          "float16 kernels yet (they would need AVX512-FP16, Sapphire Rapids "
-                          "and later); use --precision bf16")
-    if bf16_dot(spec.tvm_target):
+    """``spec`` with the instructions ``precision`` needs enabled, or a TargetError. The host
+    preset gets the LLVM attribute when this CPU has the flags (an icelake-server host lacks
+    bf16; LLVM would refuse the instructions without it)."""
+    query, attribute, flags, instructions, preset = _PRECISIONS[precision]
+    if query(spec.tvm_target):
         return spec
-    if spec.name == "x86" and _BF16_FLAGS <= cpu_flags():
+    if spec.name == "x86" and flags <= cpu_flags():
         target = dict(spec.tvm_target)
-        target["mattr"] = [*target.get("mattr", []), "+avx512bf16"]
+        target["mattr"] = [*target.get("mattr", []), attribute]
         return dataclasses.replace(spec, tvm_target=target,
-                                   features=(*spec.features, "avx512-bf16"))
-    raise TargetError(f"--precision bf16 needs AVX512-BF16 (vdpbf16ps), which {spec.name} "
-                      f"(mcpu={spec.tvm_target.get('mcpu')}) lacks; use x86-bf16 for a CPU "
-                      "that has it (Cooper Lake, Sapphire Rapids, Zen 4 and later)")
+                                   features=(*spec.features, query(target)))
+    raise TargetError(f"--precision {precision} needs {instructions}, which {spec.name} "
+                      f"(mcpu={spec.tvm_target.get('mcpu')}) lacks; use {preset}")
 
 
 def _spec(name: str, description: str, mcpu: str, cores: int, isa: str) -> TargetSpec:
@@ -127,6 +145,8 @@ def fixed() -> list[TargetSpec]:
               "icelake-server", _FIXED_CORES, "avx512-vnni"),
         _spec("x86-bf16", "x86-64 with AVX-512 VNNI and BF16 (Cooper Lake, Sapphire Rapids, "
               "Zen 4 and later)", "cooperlake", _FIXED_CORES, "avx512-bf16"),
+        _spec("x86-fp16", "x86-64 with AVX-512 VNNI, BF16 and FP16 (Sapphire Rapids and "
+              "later)", "sapphirerapids", _FIXED_CORES, "avx512-fp16"),
     ]
 
 
@@ -138,6 +158,7 @@ def runs_here(spec: TargetSpec) -> str | None:
     """Why a .so for ``spec`` cannot run on this machine, or None."""
     if platform.machine() != "x86_64":
         return f"this machine is {platform.machine()}"
-    needed = {isa: flags for isa, flags, _mcpu in _ISA_LEVELS} | {"avx512-bf16": _BF16_FLAGS}
+    needed = {isa: flags for isa, flags, _mcpu in _ISA_LEVELS} | {
+        "avx512-bf16": _BF16_FLAGS, "avx512-fp16": _FP16_FLAGS | _BF16_FLAGS}
     lacking = set().union(*(needed.get(f, set()) for f in spec.features)) - cpu_flags()
     return f"this CPU lacks {', '.join(sorted(lacking))}" if lacking else None

@@ -1,5 +1,5 @@
 """``PackedDot``: the default schedule of the packed contractions (compiler/dot_kernels.py:
-int8 from quantize/realize.py, bf16 from quantize/bf16.py, float32 from
+int8 from quantize/realize.py, bf16 from quantize/bf16.py, fp16 from quantize/fp16.py, float32 from
 passes/layout/prepack_weights.py), tensorized onto the target's dot-product instruction (the
 float32 ones: their lane loop vectorized into FMAs).
 
@@ -18,7 +18,7 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
-from aotc.targets import bf16_dot, int8_dot, simd
+from aotc.targets import bf16_dot, fp16_dot, int8_dot, simd
 
 from ..dot_kernels import BF16, CROP_BLOCK, FORMATS, INT8, DotFormat
 from .cpu_blocks import (_extent, _largest_divisor,
@@ -30,8 +30,10 @@ from .dot_intrinsics import BF16_16x2, BF16_LLVM, VNNI_16x4
 # float32: no intrinsic, every CPU target has vector multiply-adds
 INTRINSICS = {("int8", "avx512-vnni"): (VNNI_16x4, None),
               ("bf16", "avx512-bf16"): (BF16_16x2, BF16_LLVM),
+              ("fp16", "avx512-fp16"): (None, None),  # <32 x half> FMAs: LLVM's vfmadd231ph
               ("fp32", "fma"): (None, None)}
-_INSTRUCTIONS = {"int8": int8_dot, "bf16": bf16_dot, "fp32": lambda _target: "fma"}
+_INSTRUCTIONS = {"int8": int8_dot, "bf16": bf16_dot, "fp16": fp16_dot,
+                 "fp32": lambda _target: "fma"}
 _MAX_ROWS, _MAX_CHANNEL_BLOCKS = 16, 4
 
 
@@ -126,7 +128,7 @@ class PackedDot(ScheduleRule):
             return None
         index = infos.index(main)
         lanes = vector_lanes(target, 32)
-        operand_bits = {"uint8": 8, "uint16": 16}.get(fmt.operand, 32)
+        operand_bits = {"uint8": 8, "uint16": 16, "float16": 16}.get(fmt.operand, 32)
         for producer in infos[:index]:
             schedule_injective_block(sch, producer.block_rv, vector_lanes(target, operand_bits))
         self._schedule_main(sch, main, infos[index + 1:], fmt, intrinsic, lanes,

@@ -1,7 +1,8 @@
 """INT8 post-training quantization: calibrate (observe activation ranges on samples), annotate
 (quantize/dequantize marks), realize (int8 kernels with int32 accumulation, prepacked weights).
 The quantize phase of the pipeline runs AnnotateInt8 then RealizeInt8 when the compile options
-carry calibrated ranges; then ConvertBF16 with ``--precision bf16`` (bf16.py)."""
+carry calibrated ranges; then ConvertBF16 with ``--precision bf16`` (bf16.py) and ConvertFP16
+with ``--precision fp16`` (fp16.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from aotc.options import CompileOptions
 from ..passes.step import Step
 from .annotate import AnnotateInt8
 from .bf16 import ConvertBF16
+from .fp16 import ConvertFP16
 from .realize import RealizeInt8
 from ..contraction_sites import Site, main_sites
 
@@ -19,10 +21,12 @@ def steps(options: CompileOptions) -> list[Step]:
     ranges annotate does nothing, and realize then only finds the quantize/dequantize pairs an
     imported model carries. ``--disable-pass RealizeInt8`` leaves the annotated model, which
     computes the int8 result in float32: the way to tell a kernel bug from quantization
-    error. ConvertBF16 (``--precision bf16``) takes the float32 contractions int8 left."""
+    error. ConvertBF16 (``--precision bf16``) and ConvertFP16 (``--precision fp16``) take the
+    float32 contractions int8 left."""
     return [Step(AnnotateInt8(options.int8_ranges or {}), 0),
             Step(RealizeInt8(), 0),
-            Step(ConvertBF16(options.precision == "bf16"), 0)]
+            Step(ConvertBF16(options.precision == "bf16"), 0),
+            Step(ConvertFP16(options.precision == "fp16"), 0)]
 
 
-__all__ = ["AnnotateInt8", "ConvertBF16", "RealizeInt8", "Site", "main_sites", "steps"]
+__all__ = ["AnnotateInt8", "ConvertBF16", "ConvertFP16", "RealizeInt8", "Site", "main_sites", "steps"]

@@ -106,7 +106,8 @@ def test_rule_declines_without_bf16():
 
 @pytest.mark.parametrize("name,precision,words", [
     ("x86-vnni", "bf16", "AVX512-BF16"), ("x86-avx2", "bf16", "AVX512-BF16"),
-    ("arm", "bf16", "not built"), ("cuda", "bf16", "not built"), ("x86", "fp16", "not built")])
+    ("arm", "bf16", "not built"), ("cuda", "bf16", "not built"), ("x86-vnni", "fp16", "AVX512-FP16"),
+    ("x86-bf16", "fp16", "AVX512-FP16"), ("arm", "fp16", "not built")])
 def test_targets_refuse_what_they_lack(name, precision, words):
     with pytest.raises(TargetError, match=words):
         for_precision(resolve(name), precision)

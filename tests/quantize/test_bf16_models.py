@@ -3,7 +3,7 @@ both sides of ConvertBF16's threshold (2 MB of weight per output row): the batch
 matmul (4 MB for its one row) goes bf16; the 3x3 conv of 256 channels (2.4 MB over 64 output
 pixels) stays float32 and is prepacked, as is the first conv; the classifier (80 KB) stays
 float32. Checked against onnxruntime's float32 output; and the refusals a user gets on
-targets without AVX512-BF16 and for fp16."""
+targets without AVX512-BF16 or AVX512-FP16."""
 
 import numpy as np
 import onnx
@@ -73,7 +73,8 @@ def test_compile_bf16_cli_against_onnxruntime(tmp_path):
 
 @pytest.mark.parametrize("target,precision,words", [
     ("x86-vnni", "bf16", "needs AVX512-BF16 (vdpbf16ps), which x86-vnni"),
-    ("arm", "bf16", "not built for arm"), ("x86", "fp16", "fp16 is not built")])
+    ("arm", "bf16", "not built for arm"),
+    ("x86-vnni", "fp16", "needs AVX512-FP16 (vfmadd231ph), which x86-vnni")])
 def test_refused_before_the_import(tmp_path, target, precision, words):
     result = invoke("compile", tmp_path / "missing.onnx", "-o", tmp_path / "m.so",
                     "--target", target, "--precision", precision)

@@ -1,0 +1,64 @@
+"""ConvertFP16: ``--precision fp16``, float32 convolutions and matmuls with constant weights run
+as float16 kernels on AVX512-FP16 (``vfmadd231ph``: 32 half-precision multiply-adds an
+instruction, twice a float32 FMA's).
+
+Runs in the quantize phase, after RealizeInt8 and ConvertBF16 (a layer int8 took is no longer
+a float32 contraction), before lowering. Each site (contraction_sites.py) becomes
+    xh  = astype(x, float16)                         round to nearest even
+    y   = fp16 kernel(xh, prepacked fp16 W)          float16 sums, widened to float32 on the
+                                                     way out (compiler/dot_kernels.py, FP16)
+and what followed (bias, activation, residual add) stays float32 in the kernel's epilogue.
+FuseOps puts the ``astype`` into the producer's epilogue, so the activation travels as 2 bytes.
+
+Accumulation is float16, as XNNPACK's and MLAS's f16 GEMMs on ARM do: that is where the
+speed is. Widening every product into float32 sums (the "fp32 accumulation" of GPU tensor
+cores) has no instruction on x86 short of a convert per product, which would run slower than
+the float32 kernels. Sums of K products carry a relative error growing like sqrt(K) * 2^-11,
+so the long reductions are where accuracy goes: a site whose reduction is longer than
+``max_reduction`` (default 4608: a 3x3 conv over 512 channels) stays float32 (it is packed
+as float32 then). Measured accuracy against float32 is printed by bench/quantize.py and
+checked by tests/quantize/test_fp16.py.
+
+What stays float32: depthwise/grouped convolutions, matmuls of two activations (attention),
+normalization, softmax, elementwise ops (as with bf16; quantize/bf16.py says why)."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .. import dot_kernels
+from ..contraction_sites import Site, find_sites
+from ..passes.layout.prepack_weights import rewrite_sites, site_kind, site_packed_call
+
+MAX_REDUCTION = 4608
+
+
+def reduction_length(site: Site) -> int:
+    """Products summed into one output: KH*KW*IC of a conv2d (HWIO), K of a matmul."""
+    shape = [int(d) for d in site.call.args[1].value.shape]
+    return int(np.prod(shape[:-1]))
+
+
+def _emit_fp16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
+    xh = bb.emit(relax.op.astype(x, "float16"))
+    return bb.emit_te(*site_packed_call(site, xh, dot_kernels.FP16),
+                      primfunc_name_hint=f"{site_kind(site)}_fp16")
+
+
+@tvm.transform.module_pass(opt_level=0, name="ConvertFP16")
+class ConvertFP16:
+    """``enabled`` False (another precision) leaves the module as it is."""
+
+    def __init__(self, enabled: bool, max_reduction: int = MAX_REDUCTION):
+        self.enabled, self.max_reduction = enabled, max_reduction
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if not self.enabled or "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+            return mod
+        sites = {s.var: s for s in find_sites(mod["main"])
+                 if reduction_length(s) <= self.max_reduction}
+        if not sites:
+            return mod
+        return rewrite_sites(mod, sites, _emit_fp16)
