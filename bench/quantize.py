@@ -1,10 +1,12 @@
-"""int8 and bf16 vs float32: aotc's int8 (calibrated static quantization, VNNI kernels), bf16
-(--precision bf16: vdpbf16ps kernels for the layers with weights of 1 MB or more) and float32
+"""int8, bf16 and fp16 vs float32: aotc's int8 (calibrated static quantization, VNNI kernels),
+bf16 (--precision bf16: vdpbf16ps kernels for the layers with 2 MB of weight or more per output
+row), fp16 (--precision fp16: vfmadd231ph kernels, float16 sums; where the host has
+AVX512-FP16) and float32
 against onnxruntime's float32 and its own int8 (quantize_static QOperator per-channel for the
 CNNs, quantize_dynamic for the transformers), batch 1, same inputs, each engine in its own
 process, alternated for --rounds rounds; ratios are medians of per-round ratios. Accuracy:
 int8 against float32 of the same engine on held-out inputs (cosine, and top-1 agreement for
-classifiers); bf16 against aotc's float32 on the same inputs.
+classifiers); bf16 and fp16 against aotc's float32 on the same inputs.
 
     python bench/quantize.py [--models resnet18,mobilenetv2,bert,minilm] [--rounds 3]
         [--runs 50] [--out bench/results/quantize.json]
@@ -26,7 +28,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_models import bench_all, median_ms_in_subprocess, source_model  # noqa: E402
 
-ENGINES = ("aotc_fp32", "aotc_int8", "aotc_bf16", "ort_fp32", "ort_int8")
+def _half_precisions() -> tuple[str, ...]:
+    """The half precisions this host's x86 preset can compile and run."""
+    from aotc.errors import TargetError
+    from aotc.targets import for_precision, resolve, runs_here
+    found = []
+    for precision in ("bf16", "fp16"):
+        try:
+            if runs_here(for_precision(resolve("x86"), precision)) is None:
+                found.append(precision)
+        except TargetError:
+            pass
+    return tuple(found)
+
+
+HALVES = _half_precisions()
+ENGINES = ("aotc_fp32", "aotc_int8", *(f"aotc_{h}" for h in HALVES), "ort_fp32", "ort_int8")
 TIMER = """
 import time, numpy as np
 feed = dict(np.load(FEED))
@@ -122,10 +139,11 @@ def bench_model(name: str, work: Path, rounds: int, runs: int) -> dict:
     onnx_path = _onnx(name, work)
     calibration, held_out = _samples(name, onnx_path)
     paths = {"aotc_fp32": work / f"{name}.so", "aotc_int8": work / f"{name}.int8.so",
-             "aotc_bf16": work / f"{name}.bf16.so",
+             **{f"aotc_{h}": work / f"{name}.{h}.so" for h in HALVES},
              "ort_fp32": onnx_path, "ort_int8": _ort_int8(name, onnx_path, calibration)}
     aotc.compile(onnx_path, output=paths["aotc_fp32"])
-    aotc.compile(onnx_path, output=paths["aotc_bf16"], precision="bf16")
+    for half in HALVES:
+        aotc.compile(onnx_path, output=paths[f"aotc_{half}"], precision=half)
     meta = aotc.compile(onnx_path, output=paths["aotc_int8"], quantize=aotc.QuantizeOptions(
         calibration, method="minmax" if name in TRANSFORMERS else "percentile",
         evaluation=held_out))
@@ -140,16 +158,17 @@ def bench_model(name: str, work: Path, rounds: int, runs: int) -> dict:
     row = {"model": name, "rounds": per_round,
            "aotc_int8_accuracy": meta["quantization_report"]["outputs"][0],
            "ort_int8_accuracy": _ort_accuracy(onnx_path, paths["ort_int8"], held_out),
-           "aotc_bf16_accuracy": _aotc_accuracy(paths["aotc_fp32"], paths["aotc_bf16"],
-                                                held_out)}
+           **{f"aotc_{h}_accuracy": _aotc_accuracy(paths["aotc_fp32"], paths[f"aotc_{h}"],
+                                                   held_out) for h in HALVES}}
     for engine in ENGINES:
         row[f"{engine}_ms"] = statistics.median(r[engine] for r in per_round)
     for other in ("aotc_fp32", "ort_fp32", "ort_int8"):
         row[f"speedup_vs_{other}"] = statistics.median(r[other] / r["aotc_int8"]
                                                        for r in per_round)
-    for other in ("aotc_fp32", "ort_fp32"):
-        row[f"bf16_speedup_vs_{other}"] = statistics.median(r[other] / r["aotc_bf16"]
-                                                            for r in per_round)
+    for half in HALVES:
+        for other in ("aotc_fp32", "ort_fp32"):
+            row[f"{half}_speedup_vs_{other}"] = statistics.median(
+                r[other] / r[f"aotc_{half}"] for r in per_round)
     return row
 
 
@@ -162,10 +181,11 @@ def _format(row: dict) -> str:
     return (f"{row['model']:12s} {times} ms | aotc int8 is {row['speedup_vs_ort_fp32']:.2f}x "
             f"ort fp32, {row['speedup_vs_ort_int8']:.2f}x ort int8, "
             f"{row['speedup_vs_aotc_fp32']:.2f}x aotc fp32 | cosine aotc "
-            f"{acc['cosine']:.4f}{top1(acc)}, ort {ort_acc['cosine']:.4f}{top1(ort_acc)} | "
-            f"aotc bf16 is {row['bf16_speedup_vs_aotc_fp32']:.2f}x aotc fp32, "
-            f"{row['bf16_speedup_vs_ort_fp32']:.2f}x ort fp32, cosine "
-            f"{row['aotc_bf16_accuracy']['cosine']:.5f}{top1(row['aotc_bf16_accuracy'])}")
+            f"{acc['cosine']:.4f}{top1(acc)}, ort {ort_acc['cosine']:.4f}{top1(ort_acc)}" +
+            "".join(f" | aotc {h} is {row[f'{h}_speedup_vs_aotc_fp32']:.2f}x aotc fp32, "
+                    f"{row[f'{h}_speedup_vs_ort_fp32']:.2f}x ort fp32, cosine "
+                    f"{row[f'aotc_{h}_accuracy']['cosine']:.5f}"
+                    f"{top1(row[f'aotc_{h}_accuracy'])}" for h in HALVES))
 
 
 def _plot(rows: list[dict], path: Path) -> Path | None:
@@ -176,14 +196,14 @@ def _plot(rows: list[dict], path: Path) -> Path | None:
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.16
+    width = 0.8 / len(ENGINES)
     for i, engine in enumerate(ENGINES):
-        ax.bar([j + (i - 2) * width for j in range(len(rows))],
+        ax.bar([j + (i - len(ENGINES) / 2 + 0.5) * width for j in range(len(rows))],
                [r[f"{engine}_ms"] / r["ort_fp32_ms"] for r in rows], width, label=engine)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
     ax.set_ylabel("latency / onnxruntime fp32 (lower is better)")
-    ax.set_title("int8, bf16 and fp32, batch 1, default threads, one process per engine")
+    ax.set_title("int8, half and fp32, batch 1, default threads, one process per engine")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

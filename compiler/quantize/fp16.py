@@ -16,7 +16,8 @@ cores) has no instruction on x86 short of a convert per product, which would run
 the float32 kernels. Sums of K products carry a relative error growing like sqrt(K) * 2^-11,
 so the long reductions are where accuracy goes: a site whose reduction is longer than
 ``max_reduction`` (default 4608: a 3x3 conv over 512 channels) stays float32 (it is packed
-as float32 then). Measured accuracy against float32 is printed by bench/quantize.py and
+as float32 then). So do the sites PrepackWeights would not pack at 32 lanes (output channels
+that do not fill blocks of 32, rows without a tile-sized divisor: prepack_weights.packs_well). Measured accuracy against float32 is printed by bench/quantize.py and
 checked by tests/quantize/test_fp16.py.
 
 What stays float32: depthwise/grouped convolutions, matmuls of two activations (attention),
@@ -30,7 +31,7 @@ from tvm import relax
 
 from .. import dot_kernels
 from ..contraction_sites import Site, find_sites
-from ..passes.layout.prepack_weights import rewrite_sites, site_kind, site_packed_call
+from ..passes.layout.prepack_weights import packs_well, rewrite_sites, site_kind, site_packed_call
 
 MAX_REDUCTION = 4608
 
@@ -58,7 +59,8 @@ class ConvertFP16:
         if not self.enabled or "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
         sites = {s.var: s for s in find_sites(mod["main"])
-                 if reduction_length(s) <= self.max_reduction}
+                 if reduction_length(s) <= self.max_reduction
+                 and packs_well(s, dot_kernels.FP16.lanes)}
         if not sites:
             return mod
         return rewrite_sites(mod, sites, _emit_fp16)

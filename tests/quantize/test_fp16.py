@@ -102,7 +102,7 @@ def _module(ic_long: int):
 
 
 def test_pass_ir_before_after():
-    mod = _module(ic_long=520)  # the last conv sums 4680 > 4608 products: stays float32
+    mod = _module(ic_long=544)  # the last conv sums 4896 > 4608 products: stays float32
     before = mod.script()
     assert "conv2d_fp16" not in before and before.count("R.nn.conv2d") == 3
     after = ConvertFP16(True)(mod)
@@ -149,7 +149,8 @@ def test_compile_fp16_cli_against_onnxruntime(tmp_path):
     loaded = aotc.load(out)
     assert loaded.metadata["precision"] == "fp16"
     kernels = " ".join(kernel["name"] for kernel in loaded.metadata["kernels"])
-    assert kernels.count("conv2d_fp16") == 2 and "matmul_fp16" in kernels, kernels
+    # the 10-class classifier fills no block of 32 channels: float32
+    assert kernels.count("conv2d_fp16") == 2 and "matmul_fp16" not in kernels, kernels
     x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
     want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
     got = loaded.run({"x": x})["y"]

@@ -66,7 +66,9 @@ def tile_rows(site: Site) -> int:
     return int(site.var.ty.shape[-2])
 
 
-def _packs_well(site: Site, lanes: int) -> bool:
+def packs_well(site: Site, lanes: int) -> bool:
+    """Whether ``site`` fills whole blocks of ``lanes`` output channels and has rows a register
+    tile divides (the rules in the module docstring); ConvertFP16 asks too."""
     rows = tile_rows(site)
     whole_rows = rows <= _MAX_ROWS or any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
     return int(site.var.ty.shape[-1]) % lanes == 0 and whole_rows
@@ -109,7 +111,7 @@ class PrepackWeights:
         if self.lanes not in dot_kernels.FP32_FORMATS or \
                 "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
-        sites = {s.var: s for s in find_sites(mod["main"]) if _packs_well(s, self.lanes)}
+        sites = {s.var: s for s in find_sites(mod["main"]) if packs_well(s, self.lanes)}
         if not sites:
             return mod
         fmt = dot_kernels.fp32_format(self.lanes)
