@@ -1,5 +1,7 @@
-"""Helpers for the pass tests: the Relax ops a module's ``main`` calls, in order."""
+"""Helpers for the pass and model tests: the Relax ops a module's ``main`` calls, in order;
+running ``main`` unscheduled; comparing reduced-precision outputs with a reference."""
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -18,3 +20,12 @@ def run_main(mod: tvm.IRModule, x, mcpu: str = "x86-64"):
         mod = relax.transform.LegalizeOps()(mod)
     vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
     return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def assert_matches(got, want, cosine: float, atol_fraction: float) -> None:
+    """``got`` within ``atol_fraction`` of ``want``'s largest magnitude, and at least
+    ``cosine`` similar to it (reduced-precision outputs against a float32 reference)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    similarity = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
+    assert similarity > cosine, similarity
+    np.testing.assert_allclose(got, want, atol=atol_fraction * np.abs(want).max())

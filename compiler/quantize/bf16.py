@@ -37,8 +37,8 @@ from tvm import relax
 
 from .. import dot_kernels
 from ..frontends.relax_shapes import static_shape
-from ..passes.layout.prepack_weights import rewrite_sites, site_kind, site_packed_call
-from ..contraction_sites import Site, find_sites
+from ..contraction_sites import Site
+from ..passes.layout.prepack_weights import convert_sites, site_kind, site_packed_call
 
 BYTES_PER_ROW = 2 << 20
 
@@ -63,10 +63,7 @@ class ConvertBF16:
         self.enabled, self.bytes_per_row = enabled, bytes_per_row
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not self.enabled or "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        if not self.enabled:
             return mod
-        sites = {s.var: s for s in find_sites(mod["main"])
-                 if _weight_bytes_per_row(s) >= self.bytes_per_row}
-        if not sites:
-            return mod
-        return rewrite_sites(mod, sites, _emit_bf16)
+        return convert_sites(mod, lambda s: _weight_bytes_per_row(s) >= self.bytes_per_row,
+                             _emit_bf16)

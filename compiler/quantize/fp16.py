@@ -30,8 +30,9 @@ import tvm
 from tvm import relax
 
 from .. import dot_kernels
-from ..contraction_sites import Site, find_sites
-from ..passes.layout.prepack_weights import packs_well, rewrite_sites, site_kind, site_packed_call
+from ..contraction_sites import Site
+from ..passes.layout.prepack_weights import (convert_sites, packs_well, site_kind,
+                                             site_packed_call)
 
 MAX_REDUCTION = 4608
 
@@ -56,11 +57,7 @@ class ConvertFP16:
         self.enabled, self.max_reduction = enabled, max_reduction
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not self.enabled or "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        if not self.enabled:
             return mod
-        sites = {s.var: s for s in find_sites(mod["main"])
-                 if reduction_length(s) <= self.max_reduction
-                 and packs_well(s, dot_kernels.FP16.lanes)}
-        if not sites:
-            return mod
-        return rewrite_sites(mod, sites, _emit_fp16)
+        return convert_sites(mod, lambda s: reduction_length(s) <= self.max_reduction
+                             and packs_well(s, dot_kernels.FP16.lanes), _emit_fp16)

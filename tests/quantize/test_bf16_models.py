@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import aotc
 from aotc.cli import main
 from aotc.targets import x86
+from relax_helpers import assert_matches
 
 RNG = np.random.default_rng(0)
 needs_bf16 = pytest.mark.skipif(not x86._BF16_FLAGS <= x86.cpu_flags(),
@@ -65,10 +66,7 @@ def test_compile_bf16_cli_against_onnxruntime(tmp_path):
     assert kernels.count("conv2d_packed") == 2, kernels
     x = RNG.standard_normal((1, 8, 8, 8)).astype(np.float32)
     want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
-    got = loaded.run({"x": x})["y"]
-    cos = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
-    assert cos > 0.999, cos
-    np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+    assert_matches(loaded.run({"x": x})["y"], want, 0.999, 0.02)
 
 
 @pytest.mark.parametrize("target,precision,words", [

@@ -19,7 +19,7 @@ from aotc.compiler.lower.cpu_dot import PackedDot
 from aotc.compiler.quantize.fp16 import ConvertFP16
 from aotc.targets import fp16_dot, x86
 from kernel_helpers import build_scheduled, check_guard, guarded_output
-from relax_helpers import run_main
+from relax_helpers import assert_matches, run_main
 
 SPR = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
 RNG = np.random.default_rng(0)
@@ -153,7 +153,4 @@ def test_compile_fp16_cli_against_onnxruntime(tmp_path):
     assert kernels.count("conv2d_fp16") == 2 and "matmul_fp16" not in kernels, kernels
     x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
     want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
-    got = loaded.run({"x": x})["y"]
-    cos = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
-    assert cos > 0.9999, cos
-    np.testing.assert_allclose(got, want, atol=0.01 * np.abs(want).max())
+    assert_matches(loaded.run({"x": x})["y"], want, 0.9999, 0.01)

@@ -99,6 +99,16 @@ def rewrite_sites(mod: tvm.IRModule, sites: dict, emit: Callable) -> tvm.IRModul
         mutate_functions(mod, SiteRewriter(mod, sites, emit)))
 
 
+def convert_sites(mod: tvm.IRModule, keep: Callable[[Site], bool],
+                  emit: Callable) -> tvm.IRModule:
+    """``mod`` with main's sites that ``keep`` accepts replaced by ``emit``'s kernels (the
+    packing passes: PrepackWeights, ConvertBF16, ConvertFP16)."""
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        return mod
+    sites = {s.var: s for s in find_sites(mod["main"]) if keep(s)}
+    return rewrite_sites(mod, sites, emit) if sites else mod
+
+
 @tvm.transform.module_pass(opt_level=0, name="PrepackWeights")
 class PrepackWeights:
     """``lanes``: float32 lanes of the target's SIMD register (4, 8 or 16); None (a GPU
@@ -108,12 +118,11 @@ class PrepackWeights:
         self.lanes = lanes
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if self.lanes not in dot_kernels.FP32_FORMATS or \
-                "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
-            return mod
-        sites = {s.var: s for s in find_sites(mod["main"]) if packs_well(s, self.lanes)}
-        if not sites:
+        if self.lanes not in dot_kernels.FP32_FORMATS:
             return mod
         fmt = dot_kernels.fp32_format(self.lanes)
-        return rewrite_sites(mod, sites, lambda bb, site, x: bb.emit_te(
-            *site_packed_call(site, x, fmt), primfunc_name_hint=f"{site_kind(site)}_packed"))
+
+        def emit(bb, site, x):
+            return bb.emit_te(*site_packed_call(site, x, fmt),
+                              primfunc_name_hint=f"{site_kind(site)}_packed")
+        return convert_sites(mod, lambda s: packs_well(s, self.lanes), emit)
