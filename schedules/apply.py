@@ -1,10 +1,13 @@
 """Compile with tuning logs: the schedule source compiler/lower asks first for every kernel.
 
-``TunedSchedules(paths, target).schedule_for(func, target)`` returns the kernel with the best
-logged schedule replayed (MetaSchedule's trace, through its in-memory database), or None when
-no record matches the kernel's workload key and the target's ISA, or the record was written by
-another TVM version; compiler/lower then uses its default rules. The compiler sees only this
-method (it does not import schedules/)."""
+``TunedSchedules(paths, target).schedule_for(func, target, default)`` returns the kernel with
+the best logged schedule replayed (MetaSchedule's trace, through its in-memory database), or
+None when no record matches the kernel's workload key and the target's ISA, the record was
+written by another TVM version, or the default rules now schedule the kernel otherwise than the
+schedule the record was timed against (``default()``, compared by keys.schedule_key: the
+record's "beats the default" is then stale, and a tuned kernel must never be slower than the
+default one); compiler/lower then uses its default rules. The compiler sees only this method
+(it does not import schedules/)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import logging
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from .keys import target_key, workload_key
+from .keys import schedule_key, target_key, workload_key
 from .log import best_records
 from .tune import task_module
 
@@ -36,14 +39,23 @@ class TunedSchedules:
         record = self.timings.get(key)
         return record.default_seconds if record is not None else None
 
-    def schedule_for(self, func: tvm.tirx.PrimFunc, target: tvm.target.Target):
-        record = self.records.get(workload_key(func))
+    def schedule_for(self, func: tvm.tirx.PrimFunc, target: tvm.target.Target, default=None):
+        """``default``: a function returning the default rules' schedule of ``func`` (or None)."""
+        key = workload_key(func)
+        record = self.records.get(key)
         if record is None:
             return None
         if record.tvm != tvm.__version__:
             LOG.warning("tuning record for %s is from TVM %s, this is %s: default schedule",
                         record.task, record.tvm, tvm.__version__)
             return None
+        if record.default_schedule and default is not None:
+            scheduled = default()
+            if scheduled is not None and schedule_key(scheduled) != record.default_schedule:
+                LOG.warning("tuning record for %s was timed against other default rules than "
+                            "this aotc's: default schedule (re-tune to use the log)", record.task)
+                self.records.pop(key)  # its estimate is stale too
+                return None
         mod = task_module(func)
         database = ms.database.MemoryDatabase()
         workload = database.commit_workload(mod)

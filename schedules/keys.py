@@ -10,7 +10,8 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 
-_IGNORED_ATTRS = ("global_symbol", "aotc.flops", "tirx.is_scheduled", "op_pattern")
+_IGNORED_ATTRS = ("global_symbol", "aotc.flops", "tirx.is_scheduled", "op_pattern",
+                  "aotc.estimated_seconds")
 
 
 def workload_key(func: tvm.tirx.PrimFunc) -> str:
@@ -18,6 +19,13 @@ def workload_key(func: tvm.tirx.PrimFunc) -> str:
         if func.attrs is not None and attr in func.attrs:
             func = func.without_attr(attr)
     return f"{tvm_ffi.structural_hash(func) & (2 ** 64 - 1):016x}"
+
+
+def schedule_key(scheduled: tvm.tirx.PrimFunc) -> str:
+    """The key of a scheduled kernel (its loop nest, as workload_key hashes it): a tuning
+    record carries the key of the default schedule it was timed against, so compile can tell
+    when the default rules have changed since (the record's default time is then stale)."""
+    return workload_key(scheduled)
 
 
 def target_key(target: tvm.target.Target) -> str:

@@ -41,6 +41,9 @@ class Record:
     # False: written while the search ran (checkpoint.py), timed by MetaSchedule's runner
     # only; a resumed run starts from it, compile does not apply it
     final: bool = True
+    # keys.schedule_key of the default rules' schedule default_seconds timed ("": not
+    # recorded, logs before 2026-12-02); compile skips a record whose default has changed
+    default_schedule: str = ""
 
     @property
     def beats_default(self) -> bool:

@@ -29,7 +29,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import ScheduleError
 
 from . import log as tuning_log
-from .keys import target_key
+from .keys import schedule_key, target_key
 from . import runners
 from . import search as search_strategy
 from . import warm_state
@@ -271,7 +271,7 @@ def _best_against_default(task, target, database, default_schedule, progress, ta
         workload=task.key, target=target_key(target), task=task.name, seconds=tuned_seconds,
         default_seconds=default_seconds, trials=progress.task_trials.get(task_id, 0),
         trace=best[0].as_json(), tvm=tvm.__version__, search=search, curve=curve,
-        calls=task.weight)
+        calls=task.weight, default_schedule=schedule_key(default_func))
     return result, record
 
 

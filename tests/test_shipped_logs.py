@@ -1,7 +1,8 @@
 """Shipped tuning logs (tuning_logs/<example>.jsonl) must match the kernels compile produces
 today: a pass change that renames nothing but changes a kernel changes its workload key, and
 the log would then silently stop applying. Each record of a shipped log must name a kernel of
-its example model, and at least one must still be applied (beat the default rules)."""
+its example model, and at least one must still be applied (beat the default rules); this
+host's records must have been timed against the default rules compile uses today."""
 
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from aotc.api import tuning_tasks
 from aotc.examples import models
 from aotc.examples.export_onnx import export
 from aotc.schedules import log as tuning_log
+from aotc.schedules.keys import schedule_key, target_key
 
 SHIPPED = sorted(Path(aotc.tuning_logs.__file__).parent.glob("*.jsonl"))
 
@@ -26,10 +28,18 @@ def test_shipped_log_matches_the_kernels_compile_produces(path, example_onnx_dir
     other kernels of the BERT encoder)."""
     records, warnings = tuning_log.read(path)
     assert warnings == [], warnings
-    tasks, _target, _ = tuning_tasks(export(path.stem, example_onnx_dir))
+    tasks, target, default = tuning_tasks(export(path.stem, example_onnx_dir))
     keys = {t.key for t in tasks}
     finals = [r for r in records if r.final]
     stale = sorted(r.task for r in finals if r.workload not in keys)
     assert not stale, (f"{path.name}: records for kernels compile no longer produces: {stale}; "
                        "re-tune it (README, 'Shipped logs')")
     assert any(r.beats_default for r in finals)
+    # this host's records were timed against today's default rules (compile skips them
+    # otherwise, so they would silently stop applying)
+    here = [r for r in finals if r.target == target_key(target) and r.default_schedule]
+    funcs = {t.key: t.func for t in tasks}
+    changed = sorted(r.task for r in here
+                     if schedule_key(default(funcs[r.workload])) != r.default_schedule)
+    assert not changed, (f"{path.name}: records timed against other default rules: "
+                         f"{changed}; re-tune it (README, 'Shipped logs')")

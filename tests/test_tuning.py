@@ -1,7 +1,8 @@
 """The tuner end to end with a tiny budget (4 MetaSchedule trials on one matmul kernel): the
 log gets a record with both the tuned and the default time, a second run resumes (nothing left
 to tune), and compiling with the log matches onnxruntime; a record that beat the default is
-replayed into the kernel (marked tuned), one that did not is left out. A tuner killed with
+replayed into the kernel (marked tuned), one that did not is left out, and so is one timed
+against default rules other than compile's (they changed since). A tuner killed with
 SIGKILL mid-search leaves its checkpoints readable, and the next run starts from them."""
 
 import dataclasses
@@ -66,6 +67,16 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
                                             tuning_logs=[forced])
     assert compiled.metadata["tuned_kernels"] == ["fused_matmul_packed_relu"]
     assert compiled.metadata["tuning"]["tuned_share"] == 1.0
+
+    # timed against other default rules than compile's (they changed since): not applied
+    assert record.default_schedule  # the default schedule's key, recorded by the tuner
+    stale = tmp_path / "stale.jsonl"
+    tuning_log.append(stale, [dataclasses.replace(record, default_seconds=1.0,
+                                                  default_schedule="0123456789abcdef")])
+    (tmp_path / "stale").mkdir()
+    compiled, _ = check_against_onnxruntime(model, tmp_path / "stale", rtol=1e-5, atol=1e-5,
+                                            tuning_logs=[stale])
+    assert compiled.metadata["tuned_kernels"] == []
 
 
 def test_a_missing_log_is_named(tmp_path):

@@ -5,6 +5,7 @@ issue adds the database lookup in front of it)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import tvm
@@ -23,9 +24,10 @@ BUG_ERRORS = (AttributeError, NameError, TypeError, KeyError, ImportError)
 
 
 def default_schedule_pass(spec: TargetSpec, tuned=None) -> tvm.transform.Pass:
-    """Schedule every PrimFunc (run under the target): ``tuned.schedule_for(func, target)``
-    first when a source of tuned schedules is given (it returns None for kernels it has no
-    record of), the target family's default rules for the rest."""
+    """Schedule every PrimFunc (run under the target): ``tuned.schedule_for(func, target,
+    default)`` first when a source of tuned schedules is given (it returns None for kernels it
+    has no usable record of; ``default()`` gives the default rules' schedule it may compare
+    with), the target family's default rules for the rest."""
     return ApplyRulesSafely(RULE_SETS[spec.schedule_rules], tuned)
 
 
@@ -46,12 +48,13 @@ class ApplyRulesSafely:
         for gv, func in mod.functions_items():
             if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get("tirx.is_scheduled"):
                 func = with_flops(func)
-                scheduled = self._tuned(func, target)
+                default = functools.cache(lambda f=func: self._first_rule_that_works(f, target))
+                scheduled = self._tuned(func, target, default)
                 if scheduled is not None:
                     scheduled = scheduled.with_attr("tirx.is_scheduled", True).with_attr(
                         "aotc.tuned", True)
                 else:
-                    scheduled = self._first_rule_that_works(func, target)
+                    scheduled = default()
                     scheduled = func if scheduled is None else scheduled.with_attr(
                         "tirx.is_scheduled", True)
                 # after the lookup: the workload key hashes the function, attributes included
@@ -68,11 +71,11 @@ class ApplyRulesSafely:
         seconds = estimate(func) if estimate is not None else None
         return scheduled if seconds is None else scheduled.with_attr(ESTIMATE_ATTR, float(seconds))
 
-    def _tuned(self, func, target):
+    def _tuned(self, func, target, default):
         if self.tuned is None:
             return None
         try:
-            return self.tuned.schedule_for(func, target)
+            return self.tuned.schedule_for(func, target, default)
         except Exception as err:  # pylint: disable=broad-except  # a record that does not replay
             name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
             LOG.warning("tuned schedule for kernel %s did not apply (%s): default rules",
