@@ -99,6 +99,8 @@ def test_tile_shape_fits_registers():
                 assert blocks % v == 0 and rows % r == 0 and r * v + v <= registers
     assert tile_shape(4, 56) == (14, 2)
     assert tile_shape(32, 7) == (7, 4)
+    assert tile_shape(2, 128) == (8, 2)  # not 16x1: one block feeds each broadcast once
+    assert tile_shape(1, 128) == (16, 1)
 
 
 @pytest.mark.parametrize("rule", [PackedDot(), Contraction()])
