@@ -1,7 +1,7 @@
 """``PackedDot``: the default schedule of the packed contractions (compiler/dot_kernels.py:
-int8 from quantize/realize.py, bf16 from quantize/bf16.py, fp16 from quantize/fp16.py, float32 from
-passes/layout/prepack_weights.py), tensorized onto the target's dot-product instruction (the
-float32 ones: their lane loop vectorized into FMAs).
+int8 from quantize/realize.py, bf16 from quantize/bf16.py, fp16 from quantize/fp16.py,
+float32 from passes/layout/prepack_weights.py), tensorized onto the target's dot-product
+instruction (the float32 and float16 ones: their lane loop vectorized into FMAs).
 
 The register tile is R output rows x V blocks of 16 output channels, kept in R*V vector
 accumulators; each step of the reduction broadcasts G activation values per row and reads one
@@ -12,6 +12,8 @@ the fp32 schedule. Kernels of targets without the instruction are left to ``Cont
 (plain multiply-adds: correct, slower than fp32)."""
 
 from __future__ import annotations
+
+import math
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -71,10 +73,7 @@ def _weight_bytes(sch, block, fmt: DotFormat) -> int:
     for region in sch.get(block).reads:
         shape = [int(d) for d in region.source.shape]
         if len(shape) >= 3 and shape[-2:] == [fmt.lanes, fmt.group]:
-            count = 1
-            for d in shape:
-                count *= d
-            return count * region.source.dtype.bits // 8
+            return math.prod(shape) * region.source.dtype.bits // 8
     return 0
 
 
@@ -86,13 +85,15 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32) -> tuple[int
     """(rows R, channel blocks V) of the register tile: the most accumulators R*V that leave
     V registers for the weight vectors (R*V + V <= ``registers``; the activation broadcasts
     fold into the multiply-adds' memory operands), with V up to 4 blocks of channels and R up
-    to 16 rows, each dividing its axis; ties go to more than one block (with one, every
+    to 16 rows, each dividing its axis. Ties go to more than one block (with one, every
     broadcast feeds a single multiply-add: UNet's 128-wide 3x3 convs ran 16x1 3.55 / 3.26 ms,
-    8x2 3.43 / 3.05), then to more rows (each weight vector is then reused more). Taking V first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7
-    has no divisor <= 6): 768 GOP/s against 1800 for the 56x56 ones (aotc profile). Capping
-    the tile at 24 accumulators and 8 rows left the 3x3 convs at 7x2 where 14x2 runs 5-7%
-    faster (56x56x64: 0.81 -> 0.76 ms, 28x28x128 0.81 -> 0.76, 14x14x256 0.83 -> 0.79; 2
-    threads, time_evaluator)."""
+    8x2 3.43 / 3.05), then to more rows (each weight vector is then reused more).
+
+    Taking V first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7 has no divisor
+    <= 6): 768 GOP/s against 1800 for the 56x56 ones (aotc profile). Capping the tile at 24
+    accumulators and 8 rows left the 3x3 convs at 7x2 where 14x2 runs 5-7% faster (56x56x64:
+    0.81 -> 0.76 ms, 28x28x128 0.81 -> 0.76, 14x14x256 0.83 -> 0.79; 2 threads,
+    time_evaluator)."""
     best = (1, 1)
     for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
         if channel_blocks % blocks:
