@@ -62,12 +62,15 @@ _VNNI_CPUS = {"cascadelake", "cooperlake", "icelake-server", "icelake-client", "
               "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
 
 
+def _instructions(attrs, attribute: str, cpus: set[str], name: str) -> str | None:
+    """``name`` when the target enables ``attribute`` (mattr) or its mcpu is one of ``cpus``."""
+    mattr = {str(a) for a in attrs.get("mattr", []) or []}
+    return name if attribute in mattr or str(attrs.get("mcpu", "")) in cpus else None
+
+
 def int8_dot(attrs) -> str | None:
     """The int8 dot-product instruction set an x86 llvm target has ("avx512-vnni"), or None."""
-    mattr = {str(a) for a in attrs.get("mattr", []) or []}
-    if "+avx512vnni" in mattr or str(attrs.get("mcpu", "")) in _VNNI_CPUS:
-        return "avx512-vnni"
-    return None
+    return _instructions(attrs, "+avx512vnni", _VNNI_CPUS, "avx512-vnni")
 
 
 # LLVM CPUs with AVX512-BF16 (vdpbf16ps). Not an ISA level of the host's detection: adding it
@@ -79,10 +82,7 @@ _BF16_FLAGS = {"avx512f", "avx512_vnni", "avx512_bf16"}
 
 def bf16_dot(attrs) -> str | None:
     """The bf16 dot-product instruction set an x86 llvm target has ("avx512-bf16"), or None."""
-    mattr = {str(a) for a in attrs.get("mattr", []) or []}
-    if "+avx512bf16" in mattr or str(attrs.get("mcpu", "")) in _BF16_CPUS:
-        return "avx512-bf16"
-    return None
+    return _instructions(attrs, "+avx512bf16", _BF16_CPUS, "avx512-bf16")
 
 
 # LLVM CPUs with AVX512-FP16 (vfmadd231ph on <32 x half>); Zen 4 and 5 lack it.
@@ -92,10 +92,7 @@ _FP16_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_fp16"}
 
 def fp16_dot(attrs) -> str | None:
     """The float16 vector instruction set an x86 llvm target has ("avx512-fp16"), or None."""
-    mattr = {str(a) for a in attrs.get("mattr", []) or []}
-    if "+avx512fp16" in mattr or str(attrs.get("mcpu", "")) in _FP16_CPUS:
-        return "avx512-fp16"
-    return None
+    return _instructions(attrs, "+avx512fp16", _FP16_CPUS, "avx512-fp16")
 
 
 # precision -> (query, LLVM attribute, CPU flags, what it runs on, the preset that has it)
