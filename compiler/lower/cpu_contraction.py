@@ -65,7 +65,7 @@ def _is_multiply_accumulate(block: tirx.Stmt) -> bool:
 _INLINE_PRODUCERS_MAX_REDUCTION = 64
 
 
-# A register tile whose taps are guarded (its zero padding inlined: _inline_padding) is a
+# A register tile whose taps are guarded (its zero padding inlined: inline_padding) is a
 # depthwise-like kernel: few multiply-adds per byte and a weight of a few KB. Two things differ
 # from the tile of a dense contraction (measured on MobileNetV2, 2 threads):
 # - Accumulators: each guarded load is a branch, and across those branches LLVM kept at most
@@ -80,10 +80,10 @@ _INLINE_PRODUCERS_MAX_REDUCTION = 64
 #   image, half of it from the other core. Both changes: MobileNetV2 4.06 -> 3.55 ms end to
 #   end (0.88x; the accumulators alone 0.93x), int8 2.83 -> 2.37 ms (0.84x), 4 alternating
 #   rounds in fresh processes.
-_GUARDED_TILE_ACCUMULATORS = 14
+GUARDED_TILE_ACCUMULATORS = 14
 
 
-def _inline_padding(sch: s_tir.Schedule, main, infos) -> bool:
+def inline_padding(sch: s_tir.Schedule, main, infos) -> bool:
     """Inline the producers (the zero-padded input copy) of a low-intensity contraction into
     it. MobileNetV2's stride-2 depthwise 3x3 over 112x112x96 spent most of its 1.24 ms (5
     GFLOP/s) writing and re-reading the padded copy; inlined, the bounds check is one scalar
@@ -178,10 +178,10 @@ class Contraction(ScheduleRule):
             return None  # symbolic tile or reduction extents go to the generic rule
         lanes = vector_lanes(target, sch.get(main.block_rv).writes[0].source.dtype.bits)
         accumulators = accumulator_vectors(target)
-        guarded = _inline_padding(sch, main, infos)
+        guarded = inline_padding(sch, main, infos)
         if guarded:
             infos, main = _blocks_and_contraction(sch)
-            accumulators = min(accumulators, _GUARDED_TILE_ACCUMULATORS)
+            accumulators = min(accumulators, GUARDED_TILE_ACCUMULATORS)
         padded = _pad_ragged_tile(sch, main, lanes)
         if padded:
             infos, main = _blocks_and_contraction(sch)
@@ -275,7 +275,7 @@ class Contraction(ScheduleRule):
             [row_in] if row_in is not None else []) + (
             [col_vectors] if col_vectors is not None else []) + [col_in]
         # col_outer first: neighbouring parallel iterations reuse the same weight columns;
-        # pixels first for guarded tiles (see _GUARDED_TILE_ACCUMULATORS).
+        # pixels first for guarded tiles (see GUARDED_TILE_ACCUMULATORS).
         parallel = [*outer, col_outer] if pixels_first else [col_outer, *outer]
         sch.reorder(*parallel, *reduce, *inner)
         tile = sch.fuse(*parallel)

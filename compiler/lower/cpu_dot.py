@@ -25,7 +25,7 @@ from aotc.targets import bf16_dot, fp16_dot, int8_dot, simd
 from ..dot_kernels import BF16, CROP_BLOCK, FORMATS, INT8, DotFormat
 from .cpu_blocks import (_extent, _largest_divisor,
                          schedule_injective_block, vector_lanes)
-from .cpu_contraction import Contraction
+from .cpu_contraction import GUARDED_TILE_ACCUMULATORS, Contraction, inline_padding
 from .dot_intrinsics import BF16_16x2, BF16_LLVM, VNNI_16x4
 
 # (format name, the target's instruction set for it) -> (tensor intrinsic, LLVM IR it calls);
@@ -81,11 +81,13 @@ def _name(info) -> str:
     return info.name or ""
 
 
-def tile_shape(channel_blocks: int, rows: int, registers: int = 32) -> tuple[int, int]:
+def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
+               accumulators: int | None = None) -> tuple[int, int]:
     """(rows R, channel blocks V) of the register tile: the most accumulators R*V that leave
     V registers for the weight vectors (R*V + V <= ``registers``; the activation broadcasts
     fold into the multiply-adds' memory operands), with V up to 4 blocks of channels and R up
-    to 16 rows, each dividing its axis. Ties go to more than one block (with one, every
+    to 16 rows, each dividing its axis; R*V at most ``accumulators`` when given (guarded
+    taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block (with one, every
     broadcast feeds a single multiply-add: UNet's 128-wide 3x3 convs ran 16x1 3.55 / 3.26 ms,
     8x2 3.43 / 3.05), then to more rows (each weight vector is then reused more).
 
@@ -98,7 +100,10 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32) -> tuple[int
     for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
         if channel_blocks % blocks:
             continue
-        r = _largest_divisor(rows, min(_MAX_ROWS, registers // blocks - 1))
+        limit = min(_MAX_ROWS, registers // blocks - 1)
+        if accumulators is not None:
+            limit = min(limit, max(1, accumulators // blocks))
+        r = _largest_divisor(rows, limit)
         if (r * blocks, blocks > 1, r) > (best[0] * best[1], best[1] > 1, best[0]):
             best = (r, blocks)
     return best
@@ -128,19 +133,32 @@ class PackedDot(ScheduleRule):
         intrinsic = INTRINSICS.get((fmt.name, _INSTRUCTIONS[fmt.name](target) or ""))
         if intrinsic is None:
             return None
+        # Float32 kernels of a short reduction (the 3-channel stem) read their zero padding
+        # through guards, as depthwise ones do: the padded copy of a 3-channel image is a
+        # scalar loop. MobileNetV2's stem (3x3/2, 3 -> 32): 0.225 -> 0.068 ms timed alone,
+        # as fast as on a pre-padded input; with 28 accumulators instead of 14, 0.155 (the
+        # spills of cpu_contraction.GUARDED_TILE_ACCUMULATORS). A tensorized tile (int8 on
+        # VNNI, bf16) cannot take guarded loads; a long reduction (ResNet-18's 7x7 stem, 147)
+        # gained nothing (0.80 -> 0.81 ms).
+        accumulators = None
+        if intrinsic[0] is None and inline_padding(sch, main, infos):
+            infos = normalize_prim_func(sch)
+            main, fmt = _packed_block(infos)
+            accumulators = GUARDED_TILE_ACCUMULATORS
         index = infos.index(main)
         lanes = vector_lanes(target, 32)
         operand_bits = {"uint8": 8, "uint16": 16, "float16": 16}.get(fmt.operand, 32)
         for producer in infos[:index]:
             schedule_injective_block(sch, producer.block_rv, vector_lanes(target, operand_bits))
         self._schedule_main(sch, main, infos[index + 1:], fmt, intrinsic, lanes,
-                            simd(target)[1], tunable, pixels)
+                            simd(target)[1], tunable, pixels, accumulators)
         return sch
 
     @staticmethod
-    def _tile(sch, channel_blocks: int, rows: int, tunable: bool, registers: int):
+    def _tile(sch, channel_blocks: int, rows: int, tunable: bool, registers: int,
+              accumulators: int | None = None):
         """(rows, channel blocks): tile_shape's, or decisions sampled around them."""
-        default = tile_shape(channel_blocks, rows, registers)
+        default = tile_shape(channel_blocks, rows, registers, accumulators)
         if not tunable:
             return default
         choices = []
@@ -152,7 +170,8 @@ class PackedDot(ScheduleRule):
         return tuple(choices)
 
     def _schedule_main(self, sch, main, epilogues, fmt: DotFormat, intrinsic, lanes: int,
-                       registers: int, tunable: bool = False, pixels: bool | None = None) -> None:
+                       registers: int, tunable: bool = False, pixels: bool | None = None,
+                       accumulators: int | None = None) -> None:
         block = main.block_rv
         loops = sch.get_loops(block)
         kinds = main.dom_kind()
@@ -165,7 +184,7 @@ class PackedDot(ScheduleRule):
         reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, fmt.group]) \
             if fmt.group > 1 else (reduce[-1], None)
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
-                                  tunable, registers)
+                                  tunable, registers, accumulators)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
         outer = spatial[:-2]
