@@ -87,9 +87,10 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
     V registers for the weight vectors (R*V + V <= ``registers``; the activation broadcasts
     fold into the multiply-adds' memory operands), with V up to 4 blocks of channels and R up
     to 16 rows, each dividing its axis; R*V at most ``accumulators`` when given (guarded
-    taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block (with one, every
-    broadcast feeds a single multiply-add: UNet's 128-wide 3x3 convs ran 16x1 3.55 / 3.26 ms,
-    8x2 3.43 / 3.05), then to more rows (each weight vector is then reused more).
+    taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block (with
+    one, every broadcast feeds a single multiply-add: UNet's 128-wide 3x3 convs ran 16x1
+    3.55 / 3.26 ms, 8x2 3.43 / 3.05), then to more rows (each weight vector is then reused
+    more).
 
     Taking V first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7 has no divisor
     <= 6): 768 GOP/s against 1800 for the 56x56 ones (aotc profile). Capping the tile at 24
