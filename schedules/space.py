@@ -22,6 +22,7 @@ from tvm.s_tir.schedule import ScheduleError
 
 from aotc.compiler.lower.cpu_contraction import Contraction
 from aotc.compiler.lower.cpu_dot import PackedDot
+from aotc.compiler.lower.cpu_winograd import WinogradTransform
 
 from aotc.errors import meaningful_line
 
@@ -39,6 +40,8 @@ def default_rules_space(target: tvm.target.Target) -> ms.space_generator.Schedul
                       for pixels in (True, False)]
             if packed[0] is not None:
                 return packed
+            if WinogradTransform().schedule(sch, target) is not None:
+                return [sch]  # the Winograd transforms: their default as a candidate
             scheduled = Contraction().schedule(sch, target, tunable=True)
         except (ScheduleError, InternalError) as err:
             # On MetaSchedule's traced schedule, TVM 0.27's reverse_compute_inline can fail

@@ -6,6 +6,7 @@ from ..folding import refold
 from ..step import Step
 from .convert_layout_nhwc import ConvertLayoutNHWC
 from .prepack_weights import PrepackWeights
+from .winograd_conv import WinogradConv
 
 
 def steps() -> list[Step]:
@@ -13,9 +14,10 @@ def steps() -> list[Step]:
 
 
 def pack_steps(float_lanes: int | None) -> list[Step]:
-    """The pack phase (after quantize): float32 weights prepacked for the target's SIMD
-    width; ``float_lanes`` None (GPU rules) packs nothing."""
-    return [Step(PrepackWeights(float_lanes), 2)]
+    """The pack phase (after quantize): float32 3x3 convs as Winograd kernels, the other
+    float32 weights prepacked for the target's SIMD width; ``float_lanes`` None (GPU rules)
+    packs nothing."""
+    return [Step(WinogradConv(float_lanes), 2), Step(PrepackWeights(float_lanes), 2)]
 
 
-__all__ = ["ConvertLayoutNHWC", "PrepackWeights", "pack_steps", "steps"]
+__all__ = ["ConvertLayoutNHWC", "PrepackWeights", "WinogradConv", "pack_steps", "steps"]
