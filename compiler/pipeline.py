@@ -16,8 +16,9 @@ Phases (names are what --dump-ir and --explain print):
             lowering, whose FoldConstant would fold the weights' dequantize away; with
             --precision bf16, large-weight contractions as bf16 kernels; with --precision fp16,
             the contractions as float16 kernels
-  pack      the float32 conv/matmul weights left prepacked in the blocked order the kernels
-            read (passes/layout/prepack_weights.py)
+  pack      float32 3x3 stride-1 convs with enough output tiles as Winograd F(4x4)/F(2x2)
+            kernels (passes/layout/winograd_conv.py), the float32 conv/matmul weights left
+            prepacked in the blocked order the kernels read (passes/layout/prepack_weights.py)
   lower     indices of gathers/scatters normalized and range-checked (GuardIndices), float16/
             bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
             PrimFuncs (max/min with infinite identities; exp/erf/tanh/sigmoid as vectorizable
