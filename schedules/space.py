@@ -8,8 +8,10 @@ tile (rows x columns) becomes two sampled decisions whose default values are the
 choices. The packed kernels also give two design spaces, one for each order of their
 parallel tiles (pixels first or channel blocks first: a structural choice that a sampled
 decision could not change on replay). So the untuned schedule is a point of the search space,
-and the search samples the tiles around it. Kernels that are not contractions get only
-MetaSchedule's space (the other default rules have no decisions yet)."""
+and the search samples the tiles around it. The Winograd transforms (compiler/lower/cpu_winograd.py)
+add their untuned schedule, without decisions, so that it stays a candidate. Other kernels
+that are not contractions get only MetaSchedule's space (their default rules have no
+decisions yet)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The tuner's search space: MetaSchedule's design space united with the default rules' own,
 in which the untuned register tile is the default decision; kernels that are not contractions
-get MetaSchedule's space only; a schedule drawn from the default-rules space computes the same
+get MetaSchedule's space only (the Winograd transforms also their untuned schedule); a schedule drawn from the default-rules space computes the same
 numbers."""
 
 import numpy as np
@@ -79,3 +79,14 @@ def test_schedules_from_the_space_compute_the_matmul(decisions):
     out = tvm.runtime.tensor(np.zeros((64, 96), np.float32))
     lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_transforms_get_their_default_schedule_as_a_space():
+    """Not contractions, but their untuned schedule is a candidate (the tuner's "never slower
+    than the default" then holds for them as for the contractions)."""
+    from aotc.compiler import winograd_kernels as wk
+    x = te.placeholder((1, 14, 14, 16), name="x")
+    func = te.create_prim_func([x, wk.input_transform(x, 2, (1, 1, 1, 1))])
+    spaces = _spaces(func.with_attr("global_symbol", "main"), default_rules_space(TARGET))
+    assert len(spaces) == 1
+    assert "T.parallel" in spaces[0].mod.script(), "the tiles run in parallel"

@@ -23,6 +23,9 @@ from .cpu_contraction import Contraction
 
 
 class WinogradTransform(ScheduleRule):
+    """The input transform (its fused producers inlined) and the output transform (the conv's
+    epilogue inlined), each parallel over tiles with its first stage computed per tile."""
+
     def apply(self, func, target: Target, tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
             return None
@@ -70,7 +73,7 @@ class WinogradTransform(ScheduleRule):
 
     def _input(self, sch, block, rows, lanes: int) -> None:
         position, tile, channel = sch.get_loops(block)
-        alpha = self._alpha(sch, rows)
+        alpha = self._leading_extent(sch, rows)   # m + 2 rows of B^T d
         row, col = sch.split(position, factors=[alpha, None])
         channel_outer, channel_lane = self._channels(sch, channel, lanes)
         sch.reorder(tile, channel_outer, row, col, channel_lane)
@@ -81,7 +84,7 @@ class WinogradTransform(ScheduleRule):
         self._stage_at(sch, rows, channel_outer)
 
     def _output(self, sch, block, rows, lanes: int) -> None:
-        m = int(sch.get(rows).iter_vars[0].dom.extent)
+        m = self._leading_extent(sch, rows)   # m rows of A^T M
         batch, h, w, channel = sch.get_loops(block)
         tile_h, row = sch.split(h, factors=[None, m])
         tile_w, col = sch.split(w, factors=[None, m])
@@ -94,7 +97,7 @@ class WinogradTransform(ScheduleRule):
         self._stage_at(sch, rows, channel_outer)
 
     @staticmethod
-    def _alpha(sch, rows) -> int:
+    def _leading_extent(sch, rows) -> int:
         return int(sch.get(rows).iter_vars[0].dom.extent)
 
     @staticmethod
