@@ -22,6 +22,15 @@ def run_main(mod: tvm.IRModule, x, mcpu: str = "x86-64"):
     return vm["main"](tvm.runtime.tensor(x)).numpy()
 
 
+def assert_lanes_keep_numbers(make_pass, before: tvm.IRModule, x, lanes, tolerance: float):
+    """``make_pass(l)(before)`` computes what ``before`` does on ``x``, for each l in
+    ``lanes`` (the packing passes: one pass per target SIMD width)."""
+    want = run_main(before, x)
+    for lane_count in lanes:
+        np.testing.assert_allclose(run_main(make_pass(lane_count)(before), x), want,
+                                   rtol=tolerance, atol=tolerance)
+
+
 def assert_matches(got, want, cosine: float, atol_fraction: float) -> None:
     """``got`` within ``atol_fraction`` of ``want``'s largest magnitude, and at least
     ``cosine`` similar to it (reduced-precision outputs against a float32 reference)."""
