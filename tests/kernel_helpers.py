@@ -30,3 +30,23 @@ def check_guard(whole, shape) -> None:
     tail = whole.numpy()[int(np.prod(shape)):]
     assert np.all(tail == SENTINEL), f"kernel wrote {np.sum(tail != SENTINEL)} elements " \
         "past its output"
+
+
+def against_unmapped_pages(shape, at_end: bool, dtype=np.float32):
+    """(array, its mapping) of ``shape`` placed against a PROT_NONE page: its last byte right
+    before one (``at_end``) or its first right after one. A kernel reading past that end
+    segfaults instead of reading a neighbour's bytes. Both ends stay 64-byte aligned when the
+    size is a multiple of 64 (TVM's from_dlpack refuses others)."""
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    pages = -(-nbytes // page)
+    mapping = mmap.mmap(-1, (pages + 2) * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+    libc = ctypes.CDLL(None)
+    for guard in (base, base + (pages + 1) * page):
+        assert libc.mprotect(ctypes.c_void_p(guard), page, 0) == 0
+    start = page + (pages * page - nbytes if at_end else 0)
+    array = np.frombuffer(mapping, dtype, int(np.prod(shape)), start).reshape(shape)
+    return array, mapping

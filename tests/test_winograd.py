@@ -1,7 +1,9 @@
 """Winograd 3x3 convs (compiler/winograd_kernels.py, WinogradConv, WinogradTransform): each
 kernel scheduled by its default rule against a float64 numpy conv, with tile sizes that do
 and do not divide the output, asymmetric padding, a fused epilogue; nothing written past an
-output; and the pass's IR before and after on a small graph whose compiled outputs match."""
+output, nothing read outside an input (placed against unmapped pages)."""
+
+import multiprocessing
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from tvm import te
 from aotc.compiler import winograd_kernels as wk
 from aotc.compiler.lower.cpu_dot import PackedDot
 from aotc.compiler.lower.cpu_winograd import WinogradTransform
-from kernel_helpers import build_scheduled, check_guard, guarded_output
+from kernel_helpers import against_unmapped_pages, build_scheduled, check_guard, guarded_output
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
 RNG = np.random.default_rng(0)
@@ -79,3 +81,29 @@ def test_epilogue_is_inlined_into_the_output_transform():
     got = run_winograd(x, w, 4, (1, 1, 1, 1), epilogue=lambda v: te.max(v, 0.0))
     np.testing.assert_allclose(got, np.maximum(reference_conv(x, w, (1,) * 4), 0),
                                rtol=1e-4, atol=1e-4)
+
+
+def _input_transform_against_unmapped_pages(shape, m, at_end):
+    """Child process: the scheduled input transform on an input that ends (or starts) at an
+    unmapped page; a read outside it kills the process."""
+    x, mapping = against_unmapped_pages(shape, at_end)
+    x[...] = RNG.standard_normal(shape)
+    xt = te.placeholder(shape, "float32", "x")
+    v = wk.input_transform(xt, m, (1, 1, 1, 1))
+    lib = build_scheduled(WinogradTransform(), te.create_prim_func([xt, v]), TARGET)
+    out = tvm.runtime.tensor(np.zeros([int(d) for d in v.shape], np.float32))
+    lib["main"](tvm.runtime.from_dlpack(x), out)
+    del mapping
+
+
+@pytest.mark.parametrize("at_end", [False, True], ids=["start", "end"])
+@pytest.mark.parametrize("shape,m", [((1, 14, 14, 16), 4), ((1, 7, 7, 16), 2)])
+def test_input_transform_reads_nothing_outside_its_input(shape, m, at_end):
+    """The padding taps (top/left rows before the input, the last partial tile's past it) are
+    guarded loads: here an unguarded one would segfault the child."""
+    child = multiprocessing.get_context("spawn").Process(
+        target=_input_transform_against_unmapped_pages, args=(shape, m, at_end))
+    child.start()
+    child.join(300)
+    assert child.exitcode == 0, f"the input transform read outside its input " \
+        f"(child exit code {child.exitcode})"
