@@ -4,7 +4,8 @@
         [--searches rl,evolutionary] [--out bench/results/tuning.json]
     python bench/tuning.py --warm [--budgets 32,64] [--seeds 0,1]   # cost model warm vs cold
 
-Kernels, as compile produces them (same passes): a 3x3 conv2d of ResNet-18 (28x28x128), a
+Kernels, as compile produces them (same passes): a 3x3 conv2d of ResNet-18 (28x28x128; since
+its convs are Winograd kernels, the matmul of its transformed input and weights), a
 dense of the BERT encoder's FFN (128x768x3072) and a 3x3 depthwise conv of MobileNetV2
 (28x28x192). Each (kernel, search, seed) is one tuning run of the largest budget; the best
 latency at each smaller budget is read off its tuning curve (the best measured after N
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import shutil
@@ -23,12 +25,28 @@ import tempfile
 import time
 from pathlib import Path
 
-# kernel -> (example model, task name in the compiled module)
+# kernel -> (example model, task name pattern, output shape): found by structure, since the
+# names compile gives kernels change with the passes (a fixed name went stale twice)
 TASKS = {
-    "conv": ("resnet18", "fused_conv2d4_add3_relu2"),
-    "dense": ("bert", "fused_matmul4_add3"),
-    "dw": ("mobilenetv2", "fused_conv2d12_add9"),
+    "conv": ("resnet18", r"winograd_matmul\d*", (36, 49, 128)),  # its Winograd matmul
+    "dense": ("bert", r"fused_matmul_packed\d*_add\d+", (128, 3072)),
+    "dw": ("mobilenetv2", r"fused_conv2d\d*_add\d+", (1, 28, 28, 192)),
 }
+
+
+def _output_shape(func) -> tuple[int, ...]:
+    from tvm import s_tir
+    sch = s_tir.Schedule(func)
+    last = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+    return tuple(int(d) for d in sch.get(last).writes[0].source.shape)
+
+
+def _matching(tasks, pattern: str, shape: tuple[int, ...]):
+    found = [t for t in tasks if re.fullmatch(pattern, t.name) and _output_shape(t.func) == shape]
+    if not found:
+        raise SystemExit(f"no task {pattern} with output {list(shape)} among "
+                         f"{sorted(t.name for t in tasks)}")
+    return found[0]
 
 
 def find_tasks(names: list[str]):
@@ -39,10 +57,9 @@ def find_tasks(names: list[str]):
     for model in sorted({TASKS[n][0] for n in names}):
         module, example = models.build(model)
         tasks, target, default_schedule = tuning_tasks(module, example_inputs=example)
-        by_name = {t.name: t for t in tasks}
         for name in names:
             if TASKS[name][0] == model:
-                found[name] = (by_name[TASKS[name][1]], target, default_schedule)
+                found[name] = (_matching(tasks, *TASKS[name][1:]), target, default_schedule)
     return found
 
 
