@@ -71,7 +71,10 @@ def _combine(coefficients, values):
     return out if out is not None else tirx.const(0.0, "float32")
 
 
-def _select(index, exprs):
+def _row_times(matrix, index, values):
+    """(matrix[index] . values) for a loop variable ``index``: a Select over the rows, each
+    written out by _combine; the schedule unrolls ``index`` and the Select folds away."""
+    exprs = [_combine(row, values) for row in matrix]
     out = exprs[-1]
     for k in range(len(exprs) - 2, -1, -1):
         out = tirx.Select(index == k, exprs[k], out)
@@ -96,12 +99,10 @@ def input_transform(x: te.Tensor, m: int, padding) -> te.Tensor:
             h = h0 + i
             inside = tirx.all(h >= 0, h < height, w >= 0, w < width)
             return tirx.if_then_else(inside, x[b, h, w, c], zero)
-        taps = [tap(i) for i in range(alpha)]
-        return _select(r, [_combine(bt[k], taps) for k in range(alpha)])
+        return _row_times(bt, r, [tap(i) for i in range(alpha)])
     t = te.compute((alpha, n * th * tw, alpha, channels), rows, name=INPUT_ROWS_BLOCK)
-    return te.compute((alpha * alpha, n * th * tw, channels), lambda e, p, c: _select(
-        e % alpha, [_combine(bt[k], [t[e // alpha, p, j, c] for j in range(alpha)])
-                    for k in range(alpha)]), name=INPUT_BLOCK)
+    return te.compute((alpha * alpha, n * th * tw, channels), lambda e, p, c: _row_times(
+        bt, e % alpha, [t[e // alpha, p, j, c] for j in range(alpha)]), name=INPUT_BLOCK)
 
 
 def batched_matmul(v: te.Tensor, u: te.Tensor) -> te.Tensor:
@@ -122,12 +123,11 @@ def output_transform(product: te.Tensor, n: int, out_h: int, out_w: int, m: int)
     alpha, at = m + 2, MATRICES[m][2]
     th, tw = tiles(out_h, m), tiles(out_w, m)
     t = te.compute((m, int(product.shape[1]), alpha, int(product.shape[2])),
-                   lambda i, p, s, c: _select(i, [_combine(at[k], [
-                       product[r * alpha + s, p, c] for r in range(alpha)]) for k in range(m)]),
+                   lambda i, p, s, c: _row_times(
+                       at, i, [product[r * alpha + s, p, c] for r in range(alpha)]),
                    name=OUTPUT_ROWS_BLOCK)
 
     def value(b, h, w, c):
         p = (b * th + h // m) * tw + w // m
-        return _select(w % m, [_combine(at[k], [t[h % m, p, s, c] for s in range(alpha)])
-                               for k in range(m)])
+        return _row_times(at, w % m, [t[h % m, p, s, c] for s in range(alpha)])
     return te.compute((n, out_h, out_w, int(product.shape[-1])), value, name=OUTPUT_BLOCK)
