@@ -40,14 +40,11 @@ class WinogradTransform(ScheduleRule):
         if OUTPUT_BLOCK in names:
             index = names.index(OUTPUT_BLOCK)
             main = blocks[index]
-            for producer in blocks[:index]:
-                if sch.get(producer).name_hint != OUTPUT_ROWS_BLOCK:
-                    schedule_injective_block(sch, producer, lanes)
             Contraction._inline_epilogues(
                 sch, main, [SimpleNamespace(block_rv=b) for b in blocks[index + 1:]], lanes)
             self._output(sch, main, sch.get_sblock(OUTPUT_ROWS_BLOCK), lanes)
             for block in sch.get_child_blocks(sch.get_sblock("root")):
-                if not sch.get(block).same_as(sch.get(main)):
+                if not sch.get(block).same_as(sch.get(main)):  # producers, epilogues left
                     schedule_injective_block(sch, block, lanes)
             return sch
         if INPUT_BLOCK in names:
