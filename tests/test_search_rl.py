@@ -2,7 +2,9 @@
 rewarded move becomes likelier under REINFORCE (and a punished one less likely); the policy
 survives a JSON round trip; the search run by MetaSchedule's task scheduler on a matmul finds
 valid schedules and shares its policy across clones, and the ranking probe scores the cost
-model on the batch it has not yet seen."""
+model on the batch it has not yet seen. The inner reward is positive for an edit the cost
+model predicts faster; every design space gets its own starts; the space's mutators are
+actions of the policy."""
 
 import random
 
@@ -14,7 +16,8 @@ from aotc.schedules.builder import PersistentBuilder
 from aotc.schedules.ranking import RankingProbe
 from aotc.schedules.search import RLSearch, SearchStats, create
 from aotc.schedules.search.decisions import CATEGORICAL, TILE, decisions
-from aotc.schedules.search.policy import Policy
+from aotc.schedules.search.policy import Policy, model_reward
+from aotc.schedules.search.rl import _Start
 from aotc.schedules.space import search_space
 from test_tuning_space import TARGET, _matmul
 
@@ -69,6 +72,28 @@ def test_reinforce_moves_probability_towards_rewarded_choices():
     assert _probability_of(policy, options, favoured, rng) > before + 0.3
 
 
+def test_inner_reward_favours_edits_the_model_predicts_faster():
+    # scores: higher is faster (MetaSchedule's normalised throughput)
+    assert model_reward(0.9, 0.6, trust=1.0) > 0
+    assert model_reward(0.3, 0.6, trust=1.0) < 0
+    assert model_reward(0.9, 0.6, trust=0.5) == 0.5 * model_reward(0.9, 0.6, trust=1.0)
+
+
+def test_every_design_space_gets_starts_when_one_is_fastest():
+    """Five fast traces of space 0 and two slow ones of space 1: space 1 still gets its own
+    starts (a single best-16 list had sent every episode to the fastest space); space 2,
+    never measured, starts from its design space."""
+    search = RLSearch(SearchStats())
+    search.spaces = ["space0", "space1", "space2"]
+    search.measured = sorted([_Start(f"a{i}", 1.0 + i, 0) for i in range(5)]
+                             + [_Start(f"b{i}", 10.0 + i, 1) for i in range(2)],
+                             key=lambda s: s.seconds)
+    groups = search._starts(per_space=3)
+    assert [[s.trace for s in g] for g in groups] == [["a0", "a1", "a2"], ["b0", "b1"],
+                                                      ["space2"]]
+    assert groups[2][0].seconds is None
+
+
 def test_policy_round_trips_through_json():
     policy = Policy(which={"SamplePerfectTile#0": 0.5}, move={"k": [0.1, -0.2]},
                     baseline={"measured": 0.3}, updates=4)
@@ -105,5 +130,7 @@ def test_rl_search_tunes_a_matmul(tmp_path):
     assert len(records) == 16
     assert sum(bool(r.run_secs) for r in records) >= 12  # nearly all candidates ran
     assert stats.episodes > 0 and stats.policy.updates > 0
+    # MetaSchedule's mutators were offered to the policy as actions (and pushed by rewards)
+    assert any(key.startswith("Mutator/Mutate") for key in stats.policy.which)
     # the model trained on the first batch of 8 and ranked the second before retraining
     assert stats.ranked_pairs > 0 and 0.0 <= stats.ranking_accuracy <= 1.0

@@ -7,14 +7,18 @@ sampling instruction. Two kinds are moved here:
   would push the innermost tile past the instruction's maximum is masked out.
 - ``SampleCategorical``: an index into the instruction's candidates (unroll depth; the default
   rules' register tile). A move picks another index.
-Compute locations (``SampleComputeLocation``) are left alone: which loops are valid depends on
-the schedule state, so a move there is left to re-sampling."""
+Compute locations (``SampleComputeLocation``) are not moved here: which loops are valid
+depends on the schedule state. The space's own mutators (MetaSchedule's MutateComputeLocation,
+MutateParallel, MutateUnroll, MutateTileSize: the moves its evolutionary search makes) are
+offered to the policy as actions of their own (``MutatorEdit``), so the RL search's
+neighbourhood holds every move the baseline's does."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
+from tvm.s_tir.meta_schedule import _ffi_api as ms_ffi
 from tvm.s_tir.schedule import Trace
 
 TILE, CATEGORICAL = "SamplePerfectTile", "SampleCategorical"
@@ -72,6 +76,34 @@ class Decision:
         tiles[src] //= prime
         tiles[dst] *= prime
         return trace.with_decision(self.inst, tiles, remove_postproc=True)
+
+
+@dataclass(frozen=True)
+class MutatorEdit:
+    """One of the space's mutators as a policy action: a single move, which may fail (the
+    mutator finds nothing to change in this trace); ``apply`` then returns None."""
+    mutator: object
+    name: str
+
+    @property
+    def which_key(self) -> str:
+        return f"Mutator/{self.name}"
+
+    move_key = "Mutator"
+
+    def moves(self) -> list[tuple]:
+        return [()]
+
+    def valid(self, move: tuple) -> bool:
+        return True
+
+    def apply(self, trace: Trace, move: tuple, rng: random.Random) -> Trace | None:
+        return ms_ffi.MutatorApply(self.mutator, trace, rng.randint(1, 2**31 - 1))
+
+
+def mutator_edits(mutators) -> list[MutatorEdit]:
+    """The space generator's mutators (a TuneContext initialised them) as policy actions."""
+    return [MutatorEdit(m, type(m).__name__) for m in mutators]
 
 
 def decisions(trace: Trace) -> list[Decision]:
