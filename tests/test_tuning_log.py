@@ -25,6 +25,18 @@ def test_round_trip(tmp_path):
     assert records == [_record("a"), _record("b")] and warnings == []
 
 
+def test_a_log_read_again_after_an_append_has_the_new_record(tmp_path):
+    """read() keeps parsed logs per process: a changed file is parsed again, and the lists
+    it returns are the caller's to change."""
+    path = tmp_path / "log.jsonl"
+    tuning_log.append(path, [_record("a")])
+    first, _ = tuning_log.read(path)
+    first.clear()
+    assert [r.workload for r in tuning_log.read(path)[0]] == ["a"]
+    tuning_log.append(path, [_record("b")])
+    assert [r.workload for r in tuning_log.read(path)[0]] == ["a", "b"]
+
+
 def test_bad_lines_are_skipped_and_named(tmp_path):
     path = tmp_path / "log.jsonl"
     good = _record().to_line()
