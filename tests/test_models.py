@@ -51,11 +51,13 @@ def test_light_model_matches_onnxruntime(name, tmp_path, caplog):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "inception_v1", "resnet50",
-                                  "densenet121", "resnet18", "mobilenetv2"])
+                                  "resnet18", "mobilenetv2"])
 def test_opt_level_0_matches_onnxruntime(name, example_onnx_dir, tmp_path):
     """-O0 (only the passes correctness needs, naive kernels, exact libm math) is what a user
     bisecting a wrong answer compares against: it must be right too. The largest light models
-    (VGG-19, AlexNet, ZFNet) are left out: naive kernels take minutes on them."""
+    (VGG-19, AlexNet, ZFNet) are left out: naive kernels take minutes on them; DenseNet-121
+    too (37 s of the CI suite's ~21 minutes; its concatenations are covered by Inception's
+    and SqueezeNet's, and it is checked at the default level by the light-model test)."""
     path = LIGHT_DIR / f"light_{name}.onnx" if (LIGHT_DIR / f"light_{name}.onnx").exists() \
         else export(name, example_onnx_dir)
     model, _ = check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-5,
