@@ -18,6 +18,7 @@ import math
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
 from aotc.targets import bf16_dot, fp16_dot, int8_dot, simd
@@ -75,6 +76,22 @@ def _weight_bytes(sch, block, fmt: DotFormat) -> int:
         if len(shape) >= 3 and shape[-2:] == [fmt.lanes, fmt.group]:
             return math.prod(shape) * region.source.dtype.bits // 8
     return 0
+
+
+def _inline_side_input(sch, producer, main) -> bool:
+    """Inline a producer that the contraction does not read (an elementwise computation of an
+    epilogue's other input: the residual add's ``dequantize(xq)``, ResidualFromQuantized)
+    into its reader. Scheduled on its own it was one more pass over the tensor: MobileNetV2's
+    int8 project conv with its residual add 0.040 -> 0.070 ms."""
+    written = [region.source for region in sch.get(producer.block_rv).writes]
+    reads = [region.source for region in sch.get(main.block_rv).reads]
+    if any(w.same_as(r) for w in written for r in reads):
+        return False
+    try:
+        sch.compute_inline(producer.block_rv)
+    except ScheduleError:
+        return False
+    return True
 
 
 def _name(info) -> str:
@@ -150,7 +167,9 @@ class PackedDot(ScheduleRule):
         lanes = vector_lanes(target, 32)
         operand_bits = {"uint8": 8, "uint16": 16, "float16": 16}.get(fmt.operand, 32)
         for producer in infos[:index]:
-            schedule_injective_block(sch, producer.block_rv, vector_lanes(target, operand_bits))
+            if not _inline_side_input(sch, producer, main):
+                schedule_injective_block(sch, producer.block_rv,
+                                         vector_lanes(target, operand_bits))
         self._schedule_main(sch, main, infos[index + 1:], fmt, intrinsic, lanes,
                             simd(target)[1], tunable, pixels, accumulators)
         return sch

@@ -1,7 +1,8 @@
 """INT8 post-training quantization: calibrate (observe activation ranges on samples), annotate
 (quantize/dequantize marks), realize (int8 kernels with int32 accumulation, prepacked weights).
 The quantize phase of the pipeline runs AnnotateInt8 then RealizeInt8 when the compile options
-carry calibrated ranges, then DepthwiseHalfInput (the float32 depthwise convs between int8
+carry calibrated ranges (with ResidualFromQuantized between them: residual adds read the
+uint8 copy an int8 conv already made), then DepthwiseHalfInput (the float32 depthwise convs between int8
 ones read float16); then ConvertBF16 with ``--precision bf16`` (bf16.py) and ConvertFP16
 with ``--precision fp16`` (fp16.py)."""
 
@@ -15,6 +16,7 @@ from .bf16 import ConvertBF16
 from .depthwise_half_input import DepthwiseHalfInput
 from .fp16 import ConvertFP16
 from .realize import RealizeInt8
+from .residual_from_quantized import ResidualFromQuantized
 from ..contraction_sites import Site, main_sites
 
 
@@ -26,10 +28,11 @@ def steps(options: CompileOptions) -> list[Step]:
     error. ConvertBF16 (``--precision bf16``) and ConvertFP16 (``--precision fp16``) take the
     float32 contractions int8 left."""
     return [Step(AnnotateInt8(options.int8_ranges or {}), 0),
+            Step(ResidualFromQuantized(), 1),
             Step(RealizeInt8(), 0),
             Step(DepthwiseHalfInput(bool(options.int8_ranges)), 1),
             Step(ConvertBF16(options.precision == "bf16"), 0),
             Step(ConvertFP16(options.precision == "fp16"), 0)]
 
 
-__all__ = ["AnnotateInt8", "ConvertBF16", "DepthwiseHalfInput", "ConvertFP16", "RealizeInt8", "Site", "main_sites", "steps"]
+__all__ = ["AnnotateInt8", "ConvertBF16", "DepthwiseHalfInput", "ResidualFromQuantized", "ConvertFP16", "RealizeInt8", "Site", "main_sites", "steps"]

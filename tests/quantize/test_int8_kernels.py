@@ -124,3 +124,32 @@ def test_padded_channels_never_written_past_the_output(rule):
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_array_equal(got.numpy(), (x.astype(np.int64) @ w) * 3)
     check_guard(whole, (1, 1000))
+
+
+def test_residual_input_computed_in_the_epilogue():
+    """int8 conv + residual add of ``dequantize(rq)`` (ResidualFromQuantized): the dequantize
+    is not an input of the contraction, so PackedDot inlines it into the epilogue instead of
+    running it as a pass of its own; the result is the integer reference plus the residual."""
+    x = RNG.integers(0, 256, (1, 6, 6, 16)).astype(np.uint8)
+    w = RNG.integers(-127, 128, (1, 1, 16, 32)).astype(np.int8)
+    r = RNG.integers(0, 256, (1, 6, 6, 32)).astype(np.uint8)
+    xt, rt = te.placeholder(x.shape, "uint8", "x"), te.placeholder(r.shape, "uint8", "r")
+    packed = k.pack_conv_weight(w)
+    wt = te.placeholder(packed.shape, "int8", "w")
+    residual = te.compute(r.shape, lambda *i: (rt(*i).astype("int32") - 5).astype("float32")
+                          * 0.5, name="dequantize")
+    acc = k.conv2d_nhwc(xt, wt, 32, (1, 1), (0, 0, 0, 0), (1, 1), 3)
+    # residual first: its block then precedes the contraction, as FuseTIR orders a fused
+    # ``dequantize -> conv2d_int8 -> add`` (a block after it is an epilogue, inlined anyway)
+    out = te.compute(acc.shape, lambda *i: residual(*i) + acc(*i).astype("float32") * 0.01,
+                     name="epilogue")
+    func = te.create_prim_func([rt, xt, wt, out])
+    with VNNI:
+        sch = PackedDot().apply(func, VNNI, False)
+    assert not [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+                if sch.get(b).name_hint == "dequantize"]  # inlined
+    lib = tvm.compile(sch.mod, target=VNNI)
+    want = _conv_reference(x, w, 3, 1, 0, 1) * 0.01 + (r.astype(np.int64) - 5) * 0.5
+    got = tvm.runtime.tensor(np.zeros(want.shape, np.float32))
+    lib["main"](tvm.runtime.tensor(r), tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
