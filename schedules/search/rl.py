@@ -109,6 +109,7 @@ class RLSearch(PySearchStrategy):
         self.trials = 0
         self.measured: list[_Start] = []   # fastest first
         self.seen: set[int] = set()
+        self.spent: set[int] = set()   # design spaces whose episodes found nothing new
         self.pending: list[_Proposal] = []
         self._resume(database)
 
@@ -169,11 +170,16 @@ class RLSearch(PySearchStrategy):
             pool += valid
             nodes = self._best_per_space(nodes + [_Start(p.sch.trace, p.start_seconds, p.space,
                                                          p.steps, p.score) for p in valid])
-        return self._unseen(pool)
+        fresh = self._unseen(pool)
+        # a space whose edits gave nothing new this round (the default rules' spaces hold a
+        # handful of points) gets no episodes next round: the others get its share
+        self.spent = set(range(len(self.spaces))) - {p.space for p in fresh}
+        return fresh
 
     def _rollouts(self, nodes: list[_Start]) -> tuple[list[_Proposal], list[_Start]]:
         groups = [[n for n in nodes if n.space == space] for space in range(len(self.spaces))]
-        groups = [g for g in groups if g]
+        groups = [g for g in groups if g and g[0].space not in self.spent] or \
+            [g for g in groups if g]
         proposals, parents = [], []
         for episode in range(self.episodes):
             group = groups[episode % len(groups)]
