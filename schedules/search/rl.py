@@ -176,7 +176,9 @@ class RLSearch(PySearchStrategy):
         self.spent = set(range(len(self.spaces))) - {p.space for p in fresh}
         return fresh
 
-    def _rollouts(self, nodes: list[_Start]) -> tuple[list[_Proposal], list[_Start]]:
+    def _rollouts(self, nodes: list[_Start]) -> tuple[list[_Proposal], list[tuple[_Start, int]]]:
+        """Episodes from ``nodes``, spaces in turn: the edits, and for each its (parent, how
+        many steps this episode added)."""
         groups = [[n for n in nodes if n.space == space] for space in range(len(self.spaces))]
         groups = [g for g in groups if g and g[0].space not in self.spent] or \
             [g for g in groups if g]
