@@ -55,6 +55,18 @@ def mutate_if_any(mod: tvm.IRModule, predicate: Callable[[relax.Expr], bool],
     return mutate_functions(mod, make_mutator(mod))
 
 
+def op_name(expr) -> str | None:
+    """The Relax operator ``expr`` calls ("relax.add"), or None for anything else."""
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None
+
+
+def has_main(mod: tvm.IRModule) -> bool:
+    """Whether the module has a ``main`` (the passes over the model's graph work on it)."""
+    return "main" in [gv.name_hint for gv in mod.get_global_vars()]
+
+
 def single_use_values(mod: tvm.IRModule) -> set:
     """Values bound to dataflow variables that exactly one binding reads (outputs excluded)."""
     single = set()

@@ -28,12 +28,12 @@ import tvm
 from tvm import relax
 
 from ..frontends.relax_shapes import static_shape
-from ..relax_walk import mutate_functions
+from ..passes.lowering.half_in_float32 import with_float32_out
+from ..relax_walk import has_main, mutate_functions, op_name, single_use_values
 
 
 def _depthwise(call: relax.Expr) -> bool:
-    if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
-            and call.op.name == "relax.nn.conv2d"):
+    if op_name(call) != "relax.nn.conv2d":
         return False
     attrs, shape = call.attrs, static_shape(call.args[0])
     return (attrs.data_layout == "NHWC" and attrs.kernel_layout == "HWIO"
@@ -41,35 +41,20 @@ def _depthwise(call: relax.Expr) -> bool:
             and call.args[0].ty.dtype == "float32" and call.args[1].ty.dtype == "float32")
 
 
-def _single_use_inputs(func: relax.Function) -> set:
-    """Variables used by exactly one binding of their dataflow block and not returned."""
-    out = set()
-    for block in getattr(func.body, "blocks", []):
-        if isinstance(block, relax.DataflowBlock):
-            users = relax.analysis.udchain(block)
-            out |= {var for var, used_by in users.items()
-                    if len(used_by) == 1 and isinstance(var, relax.DataflowVar)}
-    return out
-
-
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
-    def __init__(self, mod, single_use):
+    def __init__(self, mod):
         super().__init__(mod)
-        self.single_use = single_use
-        self.rewritten = 0
+        self.values = relax.analysis.get_var2val(mod["main"])
+        self.single_use = single_use_values(mod)  # an input with other users stays float32
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         original = call
         call = super().visit_call_(call)
-        if not _depthwise(call) or original.args[0] not in self.single_use:
+        if not _depthwise(call) or self.values.get(original.args[0]) not in self.single_use:
             return call
-        attrs = {name: getattr(call.attrs, name) for name in (
-            "strides", "padding", "dilation", "groups", "data_layout", "kernel_layout",
-            "out_layout")}
         half = self.builder_.emit(relax.op.astype(call.args[0], "float16"), "x_half")
-        self.rewritten += 1
-        return relax.op.nn.conv2d(half, call.args[1], out_dtype="float32", **attrs)
+        return relax.Call(call.op, [half, call.args[1]], with_float32_out(call.attrs))
 
 
 @tvm.transform.module_pass(opt_level=0, name="DepthwiseHalfInput")
@@ -80,6 +65,6 @@ class DepthwiseHalfInput:
         self.enabled = enabled
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not self.enabled or "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        if not self.enabled or not has_main(mod):
             return mod
-        return mutate_functions(mod, _Rewriter(mod, _single_use_inputs(mod["main"])))
+        return mutate_functions(mod, _Rewriter(mod))

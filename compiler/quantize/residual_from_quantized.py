@@ -26,13 +26,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..relax_walk import mutate_functions
-
-
-def _op_name(expr) -> str | None:
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return None
+from ..relax_walk import has_main, mutate_functions, op_name
 
 
 def _rerouted(block: relax.DataflowBlock) -> dict:
@@ -43,15 +37,15 @@ def _rerouted(block: relax.DataflowBlock) -> dict:
     order = {b.var: i for i, b in enumerate(block.bindings)}
     out = {}
     for var, value in values.items():
-        if _op_name(value) != "relax.dequantize" or value.args[0] not in values:
+        if op_name(value) != "relax.dequantize" or value.args[0] not in values:
             continue
         quantize = values[value.args[0]]
-        if _op_name(quantize) != "relax.quantize" or quantize.ty.dtype != "uint8":
+        if op_name(quantize) != "relax.quantize" or quantize.ty.dtype != "uint8":
             continue
-        if not any(_op_name(values.get(u)) == "relax.nn.conv2d" for u in users.get(var, [])):
+        if not any(op_name(values.get(u)) == "relax.nn.conv2d" for u in users.get(var, [])):
             continue
         x = quantize.args[0]
-        if any(_op_name(values.get(u)) == "relax.add" and order[u] > order[var]
+        if any(op_name(values.get(u)) == "relax.add" and order[u] > order[var]
                for u in users.get(x, [])):
             out[x] = var
     return out
@@ -63,14 +57,12 @@ class _Rerouter(relax.PyExprMutator):
         super().__init__(mod)
         self.rerouted = rerouted
         self.defined = set()  # dequantize vars already emitted (an add may only read those)
-        self.count = 0
 
     def visit_var_binding_(self, binding):
         value = binding.value
-        if _op_name(value) == "relax.add" and any(
+        if op_name(value) == "relax.add" and any(
                 a in self.rerouted and self.rerouted[a] in self.defined for a in value.args):
             args = [self.rerouted[a] if a in self.rerouted else a for a in value.args]
-            self.count += 1
             binding = relax.VarBinding(binding.var, relax.Call(value.op, args, value.attrs))
         super().visit_var_binding_(binding)
         self.defined.add(binding.var)
@@ -79,7 +71,7 @@ class _Rerouter(relax.PyExprMutator):
 @tvm.transform.module_pass(opt_level=0, name="ResidualFromQuantized")
 class ResidualFromQuantized:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        if not has_main(mod):
             return mod
         rerouted = {}
         for block in getattr(mod["main"].body, "blocks", []):

@@ -30,7 +30,7 @@ from tvm import relax
 
 from ... import dot_kernels
 from ...contraction_sites import Site, find_sites
-from ...relax_walk import mutate_functions
+from ...relax_walk import has_main, mutate_functions
 
 _MAX_ROWS = 8
 
@@ -103,7 +103,7 @@ def convert_sites(mod: tvm.IRModule, keep: Callable[[Site], bool],
                   emit: Callable) -> tvm.IRModule:
     """``mod`` with main's sites that ``keep`` accepts replaced by ``emit``'s kernels (the
     packing passes: PrepackWeights, ConvertBF16, ConvertFP16)."""
-    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+    if not has_main(mod):
         return mod
     sites = {s.var: s for s in find_sites(mod["main"]) if keep(s)}
     return rewrite_sites(mod, sites, emit) if sites else mod

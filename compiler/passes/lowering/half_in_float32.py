@@ -48,7 +48,7 @@ def _half_dtype(expr: relax.Expr) -> str | None:
     return None
 
 
-def _with_float32_out(attrs):
+def with_float32_out(attrs):
     """A copy of ``attrs`` with out_dtype float32 (None when the op has no out_dtype)."""
     if attrs is None or not hasattr(attrs, "out_dtype"):
         return attrs
@@ -77,7 +77,7 @@ class _Upcaster(relax.PyExprMutator):
         args = [relax.op.astype(arg, "float32") if _half_dtype(arg) else arg
                 for arg in call.args]
         wide = self.builder_.normalize(
-            relax.Call(call.op, args, _with_float32_out(call.attrs), call.ty_args))
+            relax.Call(call.op, args, with_float32_out(call.attrs), call.ty_args))
         self.rewritten += 1
         return relax.op.astype(wide, result) if wide.ty.dtype != result else wide
 
