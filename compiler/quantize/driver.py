@@ -15,6 +15,7 @@ from aotc.options import DYNAMIC, CompileOptions, QuantizeOptions
 from ..pipeline import in_phase, run_phases
 from . import samples as sample_io
 from .calibrate import CalibrationRun, build_observed, calibrate
+from .narrow_islands import narrow_islands
 from ..contraction_sites import Site, main_sites
 
 
@@ -28,8 +29,11 @@ class Prepared:
     evaluated_on: str             # "held-out samples" | "calibration samples"
 
 
-def chosen_sites(sites: list[Site], settings: QuantizeOptions) -> tuple[list[Site], dict]:
-    """(sites to quantize, {skipped site: why}); an unknown --skip-layers name is an error."""
+def chosen_sites(sites: list[Site], settings: QuantizeOptions,
+                 func=None) -> tuple[list[Site], dict]:
+    """(sites to quantize, {skipped site: why}); an unknown --skip-layers name is an error.
+    With ``func`` (the function the sites are in), narrow convs that no int8 layer follows
+    stay float32 too (narrow_islands.py)."""
     names = [s.name for s in sites]
     unknown = [n for n in settings.skip_layers if n not in names]
     if unknown:
@@ -39,6 +43,9 @@ def chosen_sites(sites: list[Site], settings: QuantizeOptions) -> tuple[list[Sit
     if settings.keep_first_last and sites:
         skipped.setdefault(names[0], "first layer kept in float32")
         skipped.setdefault(names[-1], "last layer kept in float32")
+    if func is not None:
+        for name, why in narrow_islands(func, sites).items():
+            skipped.setdefault(name, why)
     if settings.calibration is None:  # int8-dynamic without samples: matmuls only
         for site in sites:
             if not _dynamic(site, settings):
@@ -78,7 +85,7 @@ def prepare(imported, spec, target, options: CompileOptions, settings: QuantizeO
     import tvm
     mod = in_phase("optimize", lambda: run_phases(imported.mod, spec, target, options,
                                                   stop_before="quantize"))
-    sites, skipped = chosen_sites(main_sites(mod), settings)
+    sites, skipped = chosen_sites(main_sites(mod), settings, mod["main"])
     if not sites:
         raise CompileError("--quantize int8: the model has no conv2d or matmul with constant "
                            "weights that int8 can take" + (" (all skipped)" if skipped else ""))

@@ -1,0 +1,71 @@
+"""Which int8 sites stay float32 because int8 would make them slower: a conv that reads at
+most 4 channels (VNNI sums 4 bytes per lane, so it gets no more than one tap per multiply)
+and whose output reaches no other int8 layer. Such a conv (an image model's stem, feeding a
+float32 depthwise conv or a layer norm) pays for int8 twice, quantizing its input (a pass of
+its own when the input is the model's) and widening its output back, and saves little.
+
+Measured (2 cores, 6 alternating rounds): MobileNetV2 int8 with its stem (3 channels in, a
+float32 depthwise conv after) in float32 ran 0.970x of its time with the stem in int8 (the
+int8 stem 0.112 ms plus its input's transpose-and-quantize 0.041, against 0.078 plus a
+0.017 transpose). ResNet-18's stem (3 channels too) feeds int8 convs through max pool:
+keeping it float32 made the model 1.11x slower, and this rule keeps it int8."""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from ..contraction_sites import Site
+from ..frontends.relax_shapes import static_shape
+from ..relax_walk import op_name
+
+NARROW_CHANNELS = 4
+# ops an int8 chain passes through (the next layer reads their output quantized)
+INT8_TRANSPARENT = {"relax.nn.relu", "relax.clip", "relax.maximum", "relax.minimum",
+                    "relax.add", "relax.multiply", "relax.nn.max_pool2d", "relax.reshape",
+                    "relax.permute_dims"}
+
+
+def narrow_islands(func: relax.Function, sites: list[Site]) -> dict[str, str]:
+    """{site name: why it stays float32} for the narrow convs no int8 layer follows."""
+    users = _users(func)
+    site_vars = {site.var for site in sites}
+    out = {}
+    for site in sites:
+        if op_name(site.call) != "relax.nn.conv2d":
+            continue
+        channels = (static_shape(site.activation) or [None])[-1]
+        if channels is None or channels > NARROW_CHANNELS:
+            continue
+        if not _reaches(site.var, site_vars, users):
+            out[site.name] = (f"float32: {channels} input channels and no int8 layer after "
+                              "it (quantizing for it costs more than int8 saves)")
+    return out
+
+
+def _users(func: relax.Function) -> dict:
+    """var -> the bindings (var, call) that read it."""
+    users: dict = {}
+    for block in getattr(func.body, "blocks", []):
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call):
+                for arg in value.args:
+                    if isinstance(arg, relax.Var):
+                        users.setdefault(arg, []).append((binding.var, value))
+    return users
+
+
+def _reaches(start: relax.Var, site_vars: set, users: dict) -> bool:
+    """Whether a site reads ``start``'s value, directly or through int8-transparent ops."""
+    todo, seen = [start], set()
+    while todo:
+        var = todo.pop()
+        for user_var, call in users.get(var, []):
+            if user_var in site_vars:
+                return True
+            if op_name(call) in INT8_TRANSPARENT and user_var not in seen:
+                seen.add(user_var)
+                todo.append(user_var)
+    return False
+
+
