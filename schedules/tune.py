@@ -194,7 +194,7 @@ class _Run:
 
     def search_round(self, trials: int, strategy, seed: int) -> None:
         contexts = [ms.TuneContext(task_module(t.func), target=self.target,
-                                   space_generator=search_space(self.target),
+                                   space_generator=search_space(self.target, t.func),
                                    search_strategy=strategy, task_name=t.name,
                                    rand_state=seed + i, num_threads="physical").clone()
                     for i, t in enumerate(self.tasks)]

@@ -53,6 +53,16 @@ def _packed_block(infos) -> tuple[object, DotFormat] | None:
     return None
 
 
+def packed_format(func: tirx.PrimFunc) -> str | None:
+    """The packed format of ``func``'s contraction ("int8", "bf16", "fp16", "fp32"), or None
+    when it is not a packed kernel."""
+    try:
+        found = _packed_block(normalize_prim_func(s_tir.Schedule(func)))
+    except (ScheduleError, ValueError):
+        return None
+    return None if found is None else found[1].name
+
+
 # Weights up to this size are read whole by every thread (pixels first); half of a 2 MB L2
 _PIXELS_FIRST_WEIGHT_BYTES = 1 << 20
 

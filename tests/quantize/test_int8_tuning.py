@@ -25,3 +25,32 @@ def test_tasks_include_int8_kernels_and_default_is_a_point(tiny_onnx):
         assert len(traced.trace.decisions) == 2
         untuned = PackedDot().apply(task.func, TARGET, False)
         tvm.ir.assert_structural_equal(traced.mod, untuned.mod)
+
+
+def test_int8_kernels_are_searched_in_the_default_rules_spaces_only(tiny_onnx):
+    """MetaSchedule's own design spaces give int8 kernels that do not build (LLVM verification
+    errors on every candidate of an int8 conv of MobileNetV2), so the int8 kernels' space is
+    the default rules' (one space per parallel-tile order); a float32 kernel keeps both."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from aotc.compiler.lower.cpu_dot import packed_format
+    from aotc.schedules.space import search_space
+    from aotc.schedules.tune import task_module
+    calib = np.random.default_rng(0).standard_normal((4, 1, 8, 12, 12)).astype(np.float32)
+    tasks, target, _default = tuning_tasks(tiny_onnx, "x86",
+                                           quantize=aotc.QuantizeOptions(list(calib)))
+
+    def spaces(func, space):
+        mod = task_module(func)
+        context = ms.TuneContext(mod, target=target, space_generator=space,
+                                 search_strategy="evolutionary", task_name="t", num_threads=2)
+        return context.space_generator.generate_design_space(mod)
+
+    int8 = [t for t in tasks if "int8" in t.name]
+    assert [packed_format(t.func) for t in int8] == ["int8", "int8"]
+    for task in int8:
+        assert len(spaces(task.func, search_space(target, task.func))) == 2
+        assert len(spaces(task.func, search_space(target))) > 2  # MetaSchedule's too
+    fp32_tasks, fp32_target, _ = tuning_tasks(tiny_onnx, "x86")
+    conv = next(t for t in fp32_tasks if packed_format(t.func) == "fp32")
+    assert len(spaces(conv.func, search_space(fp32_target, conv.func))) > 2
