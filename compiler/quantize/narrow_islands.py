@@ -43,15 +43,12 @@ def narrow_islands(func: relax.Function, sites: list[Site]) -> dict[str, str]:
 
 
 def _users(func: relax.Function) -> dict:
-    """var -> the bindings (var, call) that read it."""
+    """var -> the (var, value) of each binding that reads it."""
+    values = relax.analysis.get_var2val(func)
     users: dict = {}
     for block in getattr(func.body, "blocks", []):
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Call):
-                for arg in value.args:
-                    if isinstance(arg, relax.Var):
-                        users.setdefault(arg, []).append((binding.var, value))
+        for var, readers in relax.analysis.udchain(block).items():
+            users.setdefault(var, []).extend((r, values.get(r)) for r in readers)
     return users
 
 
@@ -67,5 +64,3 @@ def _reaches(start: relax.Var, site_vars: set, users: dict) -> bool:
                 seen.add(user_var)
                 todo.append(user_var)
     return False
-
-
