@@ -11,7 +11,7 @@ decision could not change on replay). So the untuned schedule is a point of the 
 and the search samples the tiles around it. The Winograd transforms (compiler/lower/cpu_winograd.py)
 add their untuned schedule, without decisions, so that it stays a candidate. Other kernels
 that are not contractions get only MetaSchedule's space (their default rules have no
-decisions yet)."""
+decisions yet). int8 kernels get the default rules' spaces only (NO_METASCHEDULE_SPACE)."""
 
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ def default_rules_space(target: tvm.target.Target) -> ms.space_generator.Schedul
 
 
 # Packed formats whose kernels MetaSchedule's own space cannot build: on an int8 1x1 conv of
-# MobileNetV2, all 46 of 48 candidates from its three design spaces failed (LLVM module
-# verification, 40; "Cannot broadcast lanes=16 to 32", 6) and 10 minutes of tuning the int8
-# model measured about half of its trials as failures. Those kernels get the default rules'
-# spaces only.
+# MobileNetV2, each of the 46 candidates (of 48 trials) from its three design spaces failed
+# to build (LLVM module verification, 40; "Cannot broadcast lanes=16 to 32", 6), and 10
+# minutes of tuning the int8 model measured about half of its trials as failures. Those
+# kernels get the default rules' spaces only.
 NO_METASCHEDULE_SPACE = frozenset({"int8"})
 
 
