@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from aotc.errors import CompileError
 from aotc.options import DYNAMIC, CompileOptions, QuantizeOptions
@@ -17,6 +17,9 @@ from . import samples as sample_io
 from .calibrate import CalibrationRun, build_observed, calibrate
 from .narrow_islands import narrow_islands
 from ..contraction_sites import Site, main_sites
+
+if TYPE_CHECKING:
+    from tvm import relax
 
 
 @dataclass
@@ -30,10 +33,10 @@ class Prepared:
 
 
 def chosen_sites(sites: list[Site], settings: QuantizeOptions,
-                 func=None) -> tuple[list[Site], dict]:
+                 func: relax.Function) -> tuple[list[Site], dict]:
     """(sites to quantize, {skipped site: why}); an unknown --skip-layers name is an error.
-    With ``func`` (the function the sites are in), narrow convs that no int8 layer follows
-    stay float32 too (narrow_islands.py)."""
+    Narrow convs of ``func`` (the function the sites are in) that no int8 layer follows stay
+    float32 too (narrow_islands.py)."""
     names = [s.name for s in sites]
     unknown = [n for n in settings.skip_layers if n not in names]
     if unknown:
@@ -43,9 +46,8 @@ def chosen_sites(sites: list[Site], settings: QuantizeOptions,
     if settings.keep_first_last and sites:
         skipped.setdefault(names[0], "first layer kept in float32")
         skipped.setdefault(names[-1], "last layer kept in float32")
-    if func is not None:
-        for name, why in narrow_islands(func, sites).items():
-            skipped.setdefault(name, why)
+    for name, why in narrow_islands(func, sites).items():
+        skipped.setdefault(name, why)
     if settings.calibration is None:  # int8-dynamic without samples: matmuls only
         for site in sites:
             if not _dynamic(site, settings):
