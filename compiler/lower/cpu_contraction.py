@@ -13,8 +13,11 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
+from aotc.targets import simd
+
 from .cpu_blocks import (_MAX_ROW_BLOCK, accumulator_vectors, _extent, _largest_divisor,
                          schedule_injective_block, vector_lanes)
+from .cpu_depthwise import Window, find_window, place_window, window_rows
 
 # Unroll depths of the innermost reduction the tuner may try (the untuned schedule: 1).
 _K_UNROLL_STEPS = (1, 2, 4, 8)
@@ -178,6 +181,12 @@ class Contraction(ScheduleRule):
             return None  # symbolic tile or reduction extents go to the generic rule
         lanes = vector_lanes(target, sch.get(main.block_rv).writes[0].source.dtype.bits)
         accumulators = accumulator_vectors(target)
+        window = find_window(sch, main, infos, lanes, simd(target)[1])
+        if window is not None:
+            infos, main = _blocks_and_contraction(sch)
+            self._schedule_window(sch, main, infos, window, lanes, simd(target)[1], tunable)
+            return sch
+        infos, main = _blocks_and_contraction(sch)
         guarded = inline_padding(sch, main, infos)
         if guarded:
             infos, main = _blocks_and_contraction(sch)
@@ -226,6 +235,25 @@ class Contraction(ScheduleRule):
         self._tile(sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
                    col_vectors, vector, row_out, row_in, pixels_first=pixels_first)
 
+    def _schedule_window(self, sch, main, infos, window: Window, lanes: int, registers: int,
+                         tunable: bool) -> None:
+        """A depthwise conv whose padded input is read through a window (cpu_depthwise.py):
+        one vector of channels per tile, as many output pixels as the window allows (with
+        ``tunable``, a sampled decision among them whose default is the largest)."""
+        block = main.block_rv
+        loops = sch.get_loops(block)
+        spatial, reduce = loops[:-2], loops[-2:]
+        rows = window_rows(window, _extent(sch, spatial[-2]), registers)
+        if tunable:
+            rows = sch.sample_categorical(rows, [1 / len(rows)] * len(rows), decision=0)
+        else:
+            rows = rows[0]
+        row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
+        col_outer, col_in = sch.split(spatial[-1], factors=[None, lanes])
+        self._tile(sch, block, spatial, reduce, infos[infos.index(main) + 1:], lanes, False,
+                   col_outer, col_in, None, lanes, row_out, row_in, pixels_first=True,
+                   window=window)
+
     def _schedule_main_sampled(self, sch, block, spatial, reduce, epilogues, lanes, padded,
                                default_cols: int, row_ext: int | None,
                                accumulators: int, pixels_first: bool = False) -> None:
@@ -268,7 +296,7 @@ class Contraction(ScheduleRule):
 
     def _tile(self, sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
               col_vectors, vector, row_out, row_in, k_inner=None,
-              pixels_first: bool = False) -> None:
+              pixels_first: bool = False, window: Window | None = None) -> None:
         """Parallel tiles, register accumulators, epilogue on the way out (both paths)."""
         outer = spatial[:-2] + ([row_out] if row_out is not None else [])
         inner = ([k_inner] if k_inner is not None else []) + (
@@ -280,6 +308,9 @@ class Contraction(ScheduleRule):
         sch.reorder(*parallel, *reduce, *inner)
         tile = sch.fuse(*parallel)
         sch.parallel(tile)
+        if window is not None:  # under the tap rows; the taps of a row unrolled over it
+            place_window(sch, window, reduce[0])
+            sch.unroll(reduce[1])
         # Accumulate in a small tile buffer (registers after unroll/vectorize), then apply
         # the epilogue on the way out. Scope "global", not "local": TVM's LowerTVMBuiltin puts
         # only small *global* CPU allocations on the stack; a "local" one became a

@@ -8,7 +8,9 @@ from tvm import relax
 from aotc.options import CompileOptions
 
 from ...lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
+from ...lower.reciprocal_quantize import LEGALIZE_MAP as RECIPROCAL_QUANTIZE
 from ...lower.vector_math import LEGALIZE_MAP as VECTOR_MATH
+from ...lower.widening_conv import LEGALIZE_MAP as WIDENING_CONV
 from ..step import REQUIRED, Step, enabled
 from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32
@@ -19,7 +21,7 @@ VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
 
 
 def steps(options: CompileOptions) -> list[Step]:
-    legalize_map = dict(EXACT_MINMAX)
+    legalize_map = {**EXACT_MINMAX, **WIDENING_CONV, **RECIPROCAL_QUANTIZE}
     if enabled(VECTOR_MATH_NAME, VECTOR_MATH_LEVEL, options):
         legalize_map.update(VECTOR_MATH)
     return [Step(GuardIndices(), REQUIRED, "out-of-range indices must not touch memory"),

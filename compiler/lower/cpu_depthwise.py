@@ -1,0 +1,141 @@
+"""The input window of a depthwise conv's register tile: the zero-padded input row segment
+that one row of taps reads, widened to float32 once per tap row into a small buffer that the
+multiply-adds of every tap of that row read.
+
+Why: an int8 model's depthwise convs read float16 (quantize/depthwise_half_input.py). With the
+padding inlined into the conv (cpu_contraction.inline_padding), every tap of every output
+pixel loads its own input vector behind its own bounds check and widens it (``vcvtph2ps``,
+which competes with the multiply-adds for the same ports). A 3x3 tap row over a tile of R
+pixels at stride 1 touches R + 2 input pixels but made 3R such loads; the window makes R + 2,
+and the taps read it unguarded. It stays under TVM's stack-allocation limit, so LLVM keeps it
+in registers (a larger one becomes a TVMBackendAllocWorkspace call in every parallel tile).
+
+Measured (MobileNetV2 int8's depthwise kernels, each timed alone against the inlined
+padding, 15 interleaved rounds, 2 threads): stride 1 0.78-0.83x of the time at 56x56x144,
+28x28x192, 14x14x384/576 and 7x7x960, 1.06x at 112x112x32; stride 2 0.93-1.09x (a window of
+2R + 1 pixels for 3R taps: too little reuse). float32 inputs (nothing to widen) were 1.0-1.35x
+slower with the window. So the window is used where the input is widened and each window
+element is read at least twice (``MIN_REUSE``).
+
+Which kernels: a contraction whose reduction is the taps of one channel (groups = channels),
+NHWC, reading a zero-padded copy of a narrower-float input (the copy is what holds the
+bounds checks; widening_conv.py puts the cast before it)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.schedule import ScheduleError
+from tvm.sym import detect_linear_equation
+
+# TVM's LowerTVMBuiltin puts a CPU allocation on the stack only below this many bytes.
+STACK_ALLOCATION_LIMIT = 1024
+# Fewer output pixels per tile than this reuse too little of the window to pay for it.
+_MIN_WINDOW_ROWS = 3
+_MAX_WINDOW_ROWS = 16
+# Taps per window element, at least (see the module docstring: stride 2 reuses 1.4x).
+MIN_REUSE = 2
+
+
+@dataclass(frozen=True)
+class Window:
+    """The padded-input block (kept, not inlined) and the geometry of one tap row."""
+    block: s_tir.SBlockRV
+    stride: int     # input pixels between two output pixels
+    taps: int       # taps in one row of the kernel (kw)
+    dilation: int
+    bytes_per_pixel: int  # of one column block of the window: lanes x element size
+
+    def pixels(self, rows: int) -> int:
+        return (rows - 1) * self.stride + (self.taps - 1) * self.dilation + 1
+
+    def fits(self, rows: int, registers: int) -> bool:
+        """On the stack (so in registers after unrolling), window + accumulators + one weight
+        vector within the register file, and each window element read MIN_REUSE times."""
+        pixels = self.pixels(rows)
+        return (pixels * self.bytes_per_pixel < STACK_ALLOCATION_LIMIT
+                and pixels + rows + 1 <= registers
+                and rows * self.taps >= MIN_REUSE * pixels)
+
+
+def _static(value) -> int | None:
+    return int(value) if isinstance(value, (int, tirx.IntImm)) else None
+
+
+def find_window(sch: s_tir.Schedule, main, infos, lanes: int, registers: int) -> Window | None:
+    """The window of ``main`` (a normalized block info) or None when it is not a padded
+    depthwise conv or no tile of its output rows fits one. On success the producers of the
+    padded copy (a widening cast) are inlined into it; otherwise nothing is changed."""
+    block = sch.get(main.block_rv)
+    kinds, dom = main.dom_kind(), main.dom()
+    # normalized: unit axes dropped, so a depthwise conv is [N,] H, W, C x KH, KW
+    if kinds not in ("SSSRR", "SSSSRR"):
+        return None
+    producers = infos[:infos.index(main)]
+    if not producers:
+        return None
+    pad = producers[-1]
+    pad_buffer = sch.get(pad.block_rv).writes[0].source
+    reads = [r for r in block.reads if r.source.same_as(pad_buffer)]
+    if len(reads) != 1 or len(reads[0].region) != 4 or len(block.iter_vars) != len(kinds):
+        return None
+    if not _is_zero_padding(sch.get(pad.block_rv)) or not _widened(sch, producers, pad_buffer):
+        return None
+    w_var, tap_var = block.iter_vars[-4].var, block.iter_vars[-1].var
+    coefficients = detect_linear_equation(reads[0].region[2].min, [w_var, tap_var])
+    if len(coefficients) != 3:
+        return None
+    stride, dilation, taps = (_static(coefficients[0]), _static(coefficients[1]),
+                              _static(dom[-1]))
+    if not stride or not dilation or not taps:
+        return None
+    window = Window(pad.block_rv, stride, taps, dilation,
+                    lanes * max(int(pad_buffer.dtype.bits), 8) // 8)
+    width = _static(dom[-4])
+    if width is None or not window_rows(window, width, registers):
+        return None
+    name = sch.get(pad.block_rv).name_hint
+    for producer in producers[:-1]:
+        try:
+            sch.compute_inline(producer.block_rv)
+        except ScheduleError:
+            # the caller inlines every producer into the conv instead (re-reading the
+            # blocks): the ones inlined into the copy so far go with it
+            return None
+    return dataclasses.replace(window, block=sch.get_sblock(name))
+
+
+def _widened(sch: s_tir.Schedule, producers, pad_buffer) -> bool:
+    """Whether the copy's producers read a narrower float type than the copy holds."""
+    bits = int(pad_buffer.dtype.bits)
+    return str(pad_buffer.dtype).startswith("float") and any(
+        str(r.source.dtype).startswith(("float", "bfloat")) and int(r.source.dtype.bits) < bits
+        for p in producers for r in sch.get(p.block_rv).reads)
+
+
+def _is_zero_padding(block) -> bool:
+    """``pad[...] = if_then_else(in bounds, x[...], 0)``, as TOPI's pad writes it."""
+    value = getattr(block.body, "value", None)
+    call = value.value if isinstance(value, tirx.Cast) else value
+    return (isinstance(call, tvm.ir.expr.Call) and str(getattr(call.op, "name", "")).endswith(".if_then_else")
+            and isinstance(call.args[2], (tirx.FloatImm, tirx.IntImm))
+            and float(call.args[2].value) == 0.0)
+
+
+def window_rows(window: Window, extent: int, registers: int) -> list[int]:
+    """Output pixels per tile for which the window fits, largest first; they divide the
+    output row (no ragged tile). Empty: keep the padding inlined."""
+    return [r for r in range(min(extent, _MAX_WINDOW_ROWS), _MIN_WINDOW_ROWS - 1, -1)
+            if extent % r == 0 and window.fits(r, registers)]
+
+
+def place_window(sch: s_tir.Schedule, window: Window, tap_row_loop) -> None:
+    """Compute the window under the loop over tap rows: one padded (and widened) input row
+    segment per tap row, its channels vectorized and its pixels unrolled."""
+    sch.compute_at(window.block, tap_row_loop, preserve_unit_loops=True)
+    loops = sch.get_loops(window.block)
+    sch.vectorize(loops[-1])
+    sch.unroll(loops[-2])

@@ -1,0 +1,62 @@
+"""relax.quantize with one constant scale legalizes to a multiply by its reciprocal (no vector
+division in every int8 kernel's epilogue); per-channel scales keep TVM's division. Numbers:
+at most one quantization step from TVM's own lowering, and that only on a few elements that
+lie within an ulp of a half-way point."""
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+
+from aotc.compiler.lower.reciprocal_quantize import LEGALIZE_MAP
+from aotc.targets import resolve
+
+TARGET = tvm.target.Target(resolve("x86").tvm_target)
+RNG = np.random.default_rng(0)
+
+
+def _module(scale, zero_point, dtype="uint8", shape=(1, 64, 64, 32)):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        out = bb.emit(relax.op.quantize(x, relax.const(scale), relax.const(zero_point),
+                                        axis=-1, out_dtype=dtype))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _kernel_script(mod) -> str:
+    return [f for _, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)][0].script()
+
+
+def _run(mod, x):
+    vm = relax.VirtualMachine(tvm.compile(mod, target=TARGET), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_a_constant_scale_becomes_a_reciprocal_multiply():
+    before = _module(np.float32(0.0173), np.int32(3))
+    after = relax.transform.LegalizeOps(LEGALIZE_MAP)(before)
+    default = relax.transform.LegalizeOps()(before)
+    assert " / T.float32(" in _kernel_script(default)
+    script = _kernel_script(after)
+    assert " / " not in script and "T.round(x[" in script and " * T.float32(57.80" in script
+    x = (RNG.standard_normal((1, 64, 64, 32)) * 2).astype(np.float32)
+    ours, tvms = _run(after, x).astype(np.int32), _run(default, x).astype(np.int32)
+    assert np.abs(ours - tvms).max() <= 1
+    assert np.mean(ours != tvms) < 1e-3, np.mean(ours != tvms)
+    assert ours.min() == 0 and ours.max() == 255  # clipped to uint8 around the zero point
+
+
+def test_int8_output_and_negative_zero_point():
+    before = _module(np.float32(0.05), np.int8(-7), "int8")
+    x = (RNG.standard_normal((1, 64, 64, 32)) * 4).astype(np.float32)
+    ours = _run(relax.transform.LegalizeOps(LEGALIZE_MAP)(before), x).astype(np.int32)
+    tvms = _run(relax.transform.LegalizeOps()(before), x).astype(np.int32)
+    assert np.abs(ours - tvms).max() <= 1 and np.mean(ours != tvms) < 1e-3
+    assert ours.min() == -128 and ours.max() == 127
+
+
+def test_per_channel_scales_keep_the_division():
+    scales = RNG.uniform(0.01, 0.1, 32).astype(np.float32)
+    before = _module(scales, np.zeros(32, np.int32))
+    assert " / " in _kernel_script(relax.transform.LegalizeOps(LEGALIZE_MAP)(before))
