@@ -85,6 +85,28 @@ def touches_bool(sch, block) -> bool:
 _SCALAR_ONLY_INTRINSICS = {"tirx.sinh", "tirx.cosh"}
 
 
+def expression_size(expr, loads_of=None) -> tuple[int, int]:
+    """(nodes in ``expr``, loads in it from the buffer ``loads_of``): a small walk, as
+    ``_called_ops``. Inlining a producer multiplies its expression by the number of times its
+    reader loads it, so chains of inlined blocks can grow geometrically."""
+    nodes, loads, stack = 0, 0, [expr]
+    while stack:
+        node = stack.pop()
+        nodes += 1
+        if isinstance(node, tvm.ir.TensorLoad):
+            if loads_of is not None and node.source.same_as(loads_of):
+                loads += 1
+            stack.extend(node.indices)
+            continue
+        if isinstance(node, tvm.ir.expr.Call):
+            stack.extend(node.args)
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, attr, None)
+            if isinstance(child, tvm.ir.Expr):
+                stack.append(child)
+    return nodes, loads
+
+
 def _called_ops(expr) -> set[str]:
     """Names of the intrinsics an expression calls (a small walk: TVM 0.27 exposes no TIR
     expression visitor to Python)."""
