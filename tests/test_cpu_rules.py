@@ -273,19 +273,27 @@ def test_layer_norm_matches_onnxruntime(shape, tmp_path):
     check_against_onnxruntime(path, tmp_path, rtol=1e-5, atol=1e-5)
 
 
-def test_a_long_elementwise_chain_compiles_in_seconds_and_matches_torch(tmp_path):
-    """45 alternating sigmoid-scale and multiply-add-relu layers fuse into one kernel. Inlining
-    every block of it multiplied the expression by the number of times each reader loads its
-    producer: 8 layers took 25 s to compile, 10 took 560 s and 9 GB, 45 were killed for
-    memory (cpu_generic.MAX_INLINED_NODES): without the bound this test does not finish."""
+@pytest.mark.parametrize("after_conv", [False, True])
+def test_a_long_elementwise_chain_compiles_in_seconds_and_matches_torch(after_conv, tmp_path):
+    """45 alternating sigmoid-scale and multiply-add-relu layers fuse into one kernel (after a
+    conv: its epilogue). Inlining every block of it multiplied the expression by the number of
+    times each reader loads its producer: 8 layers took 25 s to compile, 10 took 560 s and
+    9 GB, 45 were killed for memory; 10 after a conv ran past 100 s
+    (cpu_blocks.MAX_INLINED_NODES): without the bound this test does not finish."""
     import torch
 
     from helpers import check_against_torch
 
     class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(8, 16, 3, padding=1) if after_conv else None
+
         def forward(self, x):
+            x = self.conv(x) if self.conv is not None else x
             for i in range(45):
                 x = torch.relu(x * 1.01 + 0.5) if i % 2 else torch.sigmoid(x) * 2
             return x
 
-    check_against_torch(Chain(), (torch.randn(1, 64),), tmp_path, rtol=1e-5, atol=1e-5)
+    x = torch.randn(1, 8, 16, 16) if after_conv else torch.randn(1, 64)
+    check_against_torch(Chain().eval(), (x,), tmp_path, rtol=1e-5, atol=1e-5)

@@ -107,6 +107,31 @@ def expression_size(expr, loads_of=None) -> tuple[int, int]:
     return nodes, loads
 
 
+# An inlined expression no larger than this. A chain of 8 sigmoids (vector_math's, which reads
+# its input several times) and multiply-adds fused into one kernel grew past 10^5 nodes when
+# every block was inlined: 25 s to compile; 10 such layers took 560 s and 9 GB, and 45 were
+# killed for memory; after a conv (its epilogue), 10 layers ran past 100 s. Real models'
+# inlined chains stay far below (EfficientNet's hardswish: ~60 nodes).
+MAX_INLINED_NODES = 2000
+
+
+def small_enough_to_inline(sch: s_tir.Schedule, block, into=None) -> bool:
+    """Whether the readers of ``block`` (or just ``into``, for reverse_compute_inline) stay
+    under MAX_INLINED_NODES with its expression substituted for their loads of it."""
+    producer = sch.get(block)
+    if not hasattr(producer.body, "value") or len(producer.writes) != 1:
+        return True  # not a plain computation: the inline primitives refuse it anyway
+    inner, _ = expression_size(producer.body.value)
+    for consumer in [into] if into is not None else sch.get_consumers(block):
+        body = sch.get(consumer).body
+        if not hasattr(body, "value"):
+            continue
+        outer, loads = expression_size(body.value, producer.writes[0].source)
+        if outer + loads * (inner - 1) > MAX_INLINED_NODES:
+            return False
+    return True
+
+
 def _called_ops(expr) -> set[str]:
     """Names of the intrinsics an expression calls (a small walk: TVM 0.27 exposes no TIR
     expression visitor to Python)."""

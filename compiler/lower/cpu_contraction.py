@@ -16,7 +16,7 @@ from tvm.target import Target
 from aotc.targets import simd
 
 from .cpu_blocks import (_MAX_ROW_BLOCK, accumulator_vectors, _extent, _largest_divisor,
-                         schedule_injective_block, vector_lanes)
+                         schedule_injective_block, small_enough_to_inline, vector_lanes)
 from .cpu_depthwise import Window, find_window, place_window, window_rows
 
 # Unroll depths of the innermost reduction the tuner may try (the untuned schedule: 1).
@@ -357,6 +357,8 @@ class Contraction(ScheduleRule):
         the multiply as two more passes over the whole output (8-40 GFLOP/s)."""
         remaining = list(epilogues)
         for block in reversed(epilogues[:-1]):
+            if not small_enough_to_inline(sch, block.block_rv):
+                continue
             try:
                 sch.compute_inline(block.block_rv)
             except ScheduleError:  # e.g. a block that is not a plain injective computation
@@ -369,6 +371,8 @@ class Contraction(ScheduleRule):
                 break
             if not _same_output_shape(sch, write_back, remaining[0].block_rv):
                 break  # a crop or slice: see _same_output_shape
+            if not small_enough_to_inline(sch, write_back, into=remaining[0].block_rv):
+                break  # see cpu_blocks.MAX_INLINED_NODES
             try:
                 sch.reverse_compute_inline(remaining[0].block_rv)
             except ScheduleError:  # not elementwise: stays at root

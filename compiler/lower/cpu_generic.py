@@ -12,8 +12,8 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .cpu_blocks import (_extent, expression_size, schedule_injective_block, touches_bool,
-                         vector_lanes)
+from .cpu_blocks import (_extent, schedule_injective_block, small_enough_to_inline,
+                         touches_bool, vector_lanes)
 
 
 class Generic(ScheduleRule):
@@ -78,27 +78,11 @@ def inline_injective_chains(sch: s_tir.Schedule, root) -> None:
         consumers = sch.get_consumers(block)
         if len(consumers) == 1 and _spatial_only(sch.get(consumers[0])) and \
                 _written_elements(sch.get(consumers[0])) == _written_elements(stmt) and \
-                _inlined_size(stmt, sch.get(consumers[0])) <= MAX_INLINED_NODES:
+                small_enough_to_inline(sch, block):
             try:
                 sch.compute_inline(block)
             except ScheduleError:  # e.g. not a plain computation; scheduled on its own
                 continue
-
-
-# An inlined expression no larger than this. A chain of 8 sigmoids (vector_math's, which reads
-# its input several times) and multiply-adds fused into one kernel grew past 10^5 nodes when
-# every block was inlined: 30 s to compile; 10 such layers took 560 s and 9 GB, and 45 were
-# killed for memory. Real models' inlined chains stay far below (EfficientNet's hardswish: ~60).
-MAX_INLINED_NODES = 2000
-
-
-def _inlined_size(producer, consumer) -> int:
-    """Nodes of ``consumer``'s value once ``producer`` is inlined into it."""
-    if not hasattr(producer.body, "value") or not hasattr(consumer.body, "value"):
-        return 0
-    inner, _ = expression_size(producer.body.value)
-    outer, loads = expression_size(consumer.body.value, producer.writes[0].source)
-    return outer + loads * (inner - 1)
 
 
 def _spatial_only(stmt) -> bool:

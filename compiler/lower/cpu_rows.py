@@ -17,7 +17,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .cpu_blocks import _extent, touches_bool, vector_lanes
+from .cpu_blocks import _extent, small_enough_to_inline, touches_bool, vector_lanes
 
 
 class RowWise(ScheduleRule):
@@ -105,7 +105,8 @@ def inline_single_reader_blocks(sch, infos, keep=lambda _block: False) -> list:
     kept = []
     for info in infos:
         block = info.block_rv
-        if info.is_injective() and len(sch.get_consumers(block)) == 1 and not keep(block):
+        if (info.is_injective() and len(sch.get_consumers(block)) == 1 and not keep(block)
+                and small_enough_to_inline(sch, block)):
             try:
                 sch.compute_inline(block)
                 continue
