@@ -136,3 +136,30 @@ def test_window_computes_what_the_inlined_padding_does(shape, kernel, stride, di
     np.testing.assert_allclose(windowed, _reference(x, w, stride, dilation), rtol=1e-5,
                                atol=1e-4)
     np.testing.assert_allclose(windowed, inlined, rtol=1e-6, atol=1e-5)
+
+
+def test_window_rows_are_a_tuning_decision_whose_schedules_compute_the_conv():
+    """In the tuner's default-rules space the window's output pixels per tile are a sampled
+    decision (default: the untuned choice, the largest that fits); every choice computes the
+    same conv."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from aotc.schedules.space import default_rules_space
+
+    func = _depthwise((1, 28, 28, 64), 3, 1, 1).with_attr("global_symbol", "main")
+    mod = tvm.IRModule({"main": func})
+    context = ms.TuneContext(mod, target=TARGET, space_generator=default_rules_space(TARGET),
+                             search_strategy="evolutionary", task_name="dw", num_threads=2)
+    (space,) = context.space_generator.generate_design_space(mod)
+    trace = space.trace
+    (inst,) = [i for i in trace.insts if i.kind.name == "SampleCategorical"]
+    choices = [int(c) for c in inst.attrs[0]]
+    assert choices[int(trace.decisions[inst])] == max(choices) == 7 and len(choices) > 1
+    x = RNG.standard_normal((1, 28, 28, 64)).astype(np.float16)
+    w = RNG.standard_normal((3, 3, 1, 64)).astype(np.float32)
+    want = _reference(x, w, 1, 1)
+    for index in range(len(choices)):
+        sch = tvm.s_tir.Schedule(mod)
+        trace.with_decision(inst, index, True).apply_to_schedule(sch, remove_postproc=True)
+        got = _run(sch, [x, w, np.zeros((1, 28, 28, 64), np.float32)])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
