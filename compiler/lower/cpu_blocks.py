@@ -86,24 +86,15 @@ _SCALAR_ONLY_INTRINSICS = {"tirx.sinh", "tirx.cosh"}
 
 
 def expression_size(expr, loads_of=None) -> tuple[int, int]:
-    """(nodes in ``expr``, loads in it from the buffer ``loads_of``): a small walk, as
-    ``_called_ops``. Inlining a producer multiplies its expression by the number of times its
-    reader loads it, so chains of inlined blocks can grow geometrically."""
-    nodes, loads, stack = 0, 0, [expr]
-    while stack:
-        node = stack.pop()
+    """(nodes in ``expr``, loads in it from the buffer ``loads_of``). Inlining a producer
+    multiplies its expression by the number of times its reader loads it, so chains of
+    inlined blocks can grow geometrically."""
+    nodes = loads = 0
+    for node in subexpressions(expr):
         nodes += 1
-        if isinstance(node, tvm.ir.TensorLoad):
-            if loads_of is not None and node.source.same_as(loads_of):
-                loads += 1
-            stack.extend(node.indices)
-            continue
-        if isinstance(node, tvm.ir.expr.Call):
-            stack.extend(node.args)
-        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
-            child = getattr(node, attr, None)
-            if isinstance(child, tvm.ir.Expr):
-                stack.append(child)
+        if (loads_of is not None and isinstance(node, tvm.ir.TensorLoad)
+                and node.source.same_as(loads_of)):
+            loads += 1
     return nodes, loads
 
 
@@ -133,16 +124,28 @@ def small_enough_to_inline(sch: s_tir.Schedule, block, into=None) -> bool:
 
 
 def _called_ops(expr) -> set[str]:
-    """Names of the intrinsics an expression calls (a small walk: TVM 0.27 exposes no TIR
-    expression visitor to Python)."""
-    found, stack = set(), [expr]
+    """Names of the intrinsics an expression calls."""
+    return {str(node.op.name) if hasattr(node.op, "name") else ""
+            for node in subexpressions(expr) if isinstance(node, tvm.ir.expr.Call)}
+
+
+_CHILD_ATTRS = ("a", "b", "value", "condition", "true_value", "false_value")
+
+
+def subexpressions(expr):
+    """Every node of a TIR expression, ``expr`` included (TVM 0.27 exposes no TIR expression
+    visitor to Python): a load's indices, a call's arguments and the operands of the other
+    nodes."""
+    stack = [expr]
     while stack:
         node = stack.pop()
+        yield node
+        if isinstance(node, tvm.ir.TensorLoad):
+            stack.extend(node.indices)
+            continue
         if isinstance(node, tvm.ir.expr.Call):
-            found.add(str(node.op.name) if hasattr(node.op, "name") else "")
             stack.extend(node.args)
-        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+        for attr in _CHILD_ATTRS:
             child = getattr(node, attr, None)
             if isinstance(child, tvm.ir.Expr):
                 stack.append(child)
-    return found

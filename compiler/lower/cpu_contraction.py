@@ -17,7 +17,7 @@ from aotc.targets import simd
 
 from .cpu_blocks import (_MAX_ROW_BLOCK, accumulator_vectors, _extent, _largest_divisor,
                          schedule_injective_block, small_enough_to_inline, vector_lanes)
-from .cpu_depthwise import Window, find_window, place_window, window_rows
+from .cpu_depthwise import Window, find_window, inline_into_window, place_window, window_rows
 
 # Unroll depths of the innermost reduction the tuner may try (the untuned schedule: 1).
 _K_UNROLL_STEPS = (1, 2, 4, 8)
@@ -181,12 +181,14 @@ class Contraction(ScheduleRule):
             return None  # symbolic tile or reduction extents go to the generic rule
         lanes = vector_lanes(target, sch.get(main.block_rv).writes[0].source.dtype.bits)
         accumulators = accumulator_vectors(target)
-        window = find_window(sch, main, infos, lanes, simd(target)[1])
+        registers = simd(target)[1]
+        window = find_window(sch, main, infos, lanes, registers)
         if window is not None:
-            infos, main = _blocks_and_contraction(sch)
-            self._schedule_window(sch, main, infos, window, lanes, simd(target)[1], tunable)
-            return sch
-        infos, main = _blocks_and_contraction(sch)
+            window = inline_into_window(sch, main, infos, window)
+            infos, main = _blocks_and_contraction(sch)  # producers went into the copy
+            if window is not None:
+                self._schedule_window(sch, main, infos, window, lanes, registers, tunable)
+                return sch
         guarded = inline_padding(sch, main, infos)
         if guarded:
             infos, main = _blocks_and_contraction(sch)

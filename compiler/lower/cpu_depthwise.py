@@ -67,8 +67,8 @@ def _static(value) -> int | None:
 
 def find_window(sch: s_tir.Schedule, main, infos, lanes: int, registers: int) -> Window | None:
     """The window of ``main`` (a normalized block info) or None when it is not a padded
-    depthwise conv or no tile of its output rows fits one. On success the producers of the
-    padded copy (a widening cast) are inlined into it; otherwise nothing is changed."""
+    depthwise conv or no tile of its output rows fits one. Changes nothing: the caller then
+    inlines the copy's producers (``inline_into_window``)."""
     block = sch.get(main.block_rv)
     kinds, dom = main.dom_kind(), main.dom()
     # normalized: unit axes dropped, so a depthwise conv is [N,] H, W, C x KH, KW
@@ -97,13 +97,18 @@ def find_window(sch: s_tir.Schedule, main, infos, lanes: int, registers: int) ->
     width = _static(dom[-4])
     if width is None or not window_rows(window, width, registers):
         return None
-    name = sch.get(pad.block_rv).name_hint
-    for producer in producers[:-1]:
+    return window
+
+
+def inline_into_window(sch: s_tir.Schedule, main, infos, window: Window) -> Window | None:
+    """Inline the padded copy's producers (the widening cast) into it; the window with its
+    block re-read, or None when a producer would not inline. Then the ones inlined so far
+    went into the copy, and the caller must re-read the blocks."""
+    name = sch.get(window.block).name_hint
+    for producer in infos[:infos.index(main) - 1]:
         try:
             sch.compute_inline(producer.block_rv)
         except ScheduleError:
-            # the caller inlines every producer into the conv instead (re-reading the
-            # blocks): the ones inlined into the copy so far go with it
             return None
     return dataclasses.replace(window, block=sch.get_sblock(name))
 
@@ -120,7 +125,9 @@ def _is_zero_padding(block) -> bool:
     """``pad[...] = if_then_else(in bounds, x[...], 0)``, as TOPI's pad writes it."""
     value = getattr(block.body, "value", None)
     call = value.value if isinstance(value, tirx.Cast) else value
-    return (isinstance(call, tvm.ir.expr.Call) and str(getattr(call.op, "name", "")).endswith(".if_then_else")
+    if not isinstance(call, tvm.ir.expr.Call):
+        return False
+    return (str(getattr(call.op, "name", "")).endswith(".if_then_else")
             and isinstance(call.args[2], (tirx.FloatImm, tirx.IntImm))
             and float(call.args[2].value) == 0.0)
 
