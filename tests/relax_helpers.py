@@ -6,6 +6,18 @@ import tvm
 from tvm import relax
 
 
+def one_input_module(shape, build, dtype: str = "float32") -> tvm.IRModule:
+    """A module whose ``main`` takes one tensor ``x`` and returns ``build(bb, x)``, in a
+    dataflow block."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(build(bb, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def main_ops(mod: tvm.IRModule) -> list[str]:
     names = []
     relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name) if isinstance(

@@ -13,8 +13,12 @@ place, so ``round`` can come out one quantization step apart where ``x / scale``
 that of a half-way point: rare, and within the step-size tolerance the int8 results are held
 to (onnxruntime's QuantizeLinear divides, so a pre-quantized model can differ from it there).
 
-Where: handed to ``LegalizeOps`` as part of its customize map (passes/lowering). Per-channel
-scales, zero points that are not one constant and non-float32 inputs keep TVM's lowering."""
+Per-channel constant scales (an imported QuantizeLinear with a per-axis scale) get a constant
+vector of reciprocals, read per channel. Scale 1 and zero point 0 (FoldIntoQuantize's, which
+folds both into the multiply-add in front) lower to no multiply and no add.
+
+Where: handed to ``LegalizeOps`` as part of its customize map (passes/lowering). Scales or
+zero points that are not constants and non-float32 inputs keep TVM's lowering."""
 
 from __future__ import annotations
 
@@ -33,30 +37,73 @@ def _one_value(expr: relax.Expr) -> float | None:
     return float(values.reshape(-1)[0]) if values.size == 1 else None
 
 
-def _quantize_by_reciprocal(x: te.Tensor, reciprocal: float, zero_point: float, out_dtype):
+def _channel_values(expr: relax.Expr, channels: int) -> np.ndarray | None:
+    """A constant's values as one per channel: one number repeated, or a [C] vector."""
+    if not isinstance(expr, tvm.ir.GenericConst):
+        return None
+    values = expr.value.numpy().astype(np.float64).reshape(-1)
+    if values.size == 1:
+        return np.full(channels, values[0])
+    return values if values.size == channels else None
+
+
+def _quantize_by_reciprocal(x: te.Tensor, reciprocal, zero_point, out_dtype, axis: int):
+    """``reciprocal``/``zero_point``: floats, or [C] tensors indexed along ``axis``."""
     low, high = (float(v) for v in (tirx.min_value(out_dtype).value,
                                     tirx.max_value(out_dtype).value))
 
+    def per_channel(value, i):
+        return value[i[axis]] if isinstance(value, te.Tensor) else tirx.const(value, "float32")
+
     def compute(*i):
-        value = te.round(x(*i) * tirx.const(reciprocal, "float32")) + \
-            tirx.const(zero_point, "float32")
+        value = x(*i)
+        if isinstance(reciprocal, te.Tensor) or reciprocal != 1.0:  # FoldIntoQuantize's: 1
+            value = value * per_channel(reciprocal, i)
+        value = te.round(value)
+        if isinstance(zero_point, te.Tensor) or zero_point != 0.0:
+            value = value + per_channel(zero_point, i)
         return te.max(te.min(value, tirx.const(high, "float32")),
                       tirx.const(low, "float32")).astype(out_dtype)
 
     return te.compute(x.shape, compute, name="quantized")
 
 
+def _reciprocals(scale: np.ndarray) -> np.ndarray | None:
+    """fl(1 / fl(scale)) per element, or None when a scale is zero or not finite."""
+    scale = scale.astype(np.float32).astype(np.float64)
+    if not np.all(np.isfinite(scale)) or np.any(scale == 0):
+        return None
+    return (1.0 / scale).astype(np.float32)
+
+
 def legalize_quantize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    scale, zero_point = _one_value(call.args[1]), _one_value(call.args[2])
     data = call.args[0].ty
     out_dtype = str(call.attrs.out_dtype)
-    if (scale is None or zero_point is None or not np.isfinite(scale) or scale == 0
-            or not isinstance(data, relax.TensorType) or data.dtype != "float32"
-            or "int" not in out_dtype):
+    if not isinstance(data, relax.TensorType) or data.dtype != "float32" \
+            or "int" not in out_dtype or data.ndim <= 0:
         return _DEFAULT(bb, call)
-    reciprocal = float(np.float32(1.0 / np.float64(np.float32(scale))))
-    return bb.call_te(_quantize_by_reciprocal, call.args[0], reciprocal, zero_point, out_dtype,
-                      primfunc_name_hint="quantize")
+    axis = int(call.attrs.axis) % data.ndim
+    shape = [getattr(d, "value", None) for d in data.shape.values] \
+        if hasattr(data.shape, "values") else None
+    channels = shape[axis] if shape else None
+    scale, zero_point = _one_value(call.args[1]), _one_value(call.args[2])
+    if scale is not None and zero_point is not None:
+        reciprocal = _reciprocals(np.asarray([scale]))
+        if reciprocal is None:
+            return _DEFAULT(bb, call)
+        return bb.call_te(_quantize_by_reciprocal, call.args[0], float(reciprocal[0]),
+                          zero_point, out_dtype, axis, primfunc_name_hint="quantize")
+    if not isinstance(channels, int):
+        return _DEFAULT(bb, call)
+    scales, zeros = (_channel_values(call.args[1], channels),
+                     _channel_values(call.args[2], channels))
+    reciprocal = _reciprocals(scales) if scales is not None and zeros is not None else None
+    if reciprocal is None:
+        return _DEFAULT(bb, call)
+    zero = float(zeros[0]) if np.all(zeros == zeros[0]) else relax.const(
+        zeros.astype(np.float32))
+    return bb.call_te(_quantize_by_reciprocal, call.args[0], relax.const(reciprocal), zero,
+                      out_dtype, axis, primfunc_name_hint="quantize")
 
 
 LEGALIZE_MAP = {"relax.quantize": legalize_quantize}

@@ -3,7 +3,8 @@
 The quantize phase of the pipeline runs AnnotateInt8 then RealizeInt8 when the compile options
 carry calibrated ranges (with ResidualFromQuantized between them: residual adds read the
 uint8 copy an int8 conv already made), then DepthwiseHalfInput (the float32 depthwise convs between int8
-ones read float16); then ConvertBF16 with ``--precision bf16`` (bf16.py) and ConvertFP16
+ones read float16) and FoldIntoQuantize (each quantize absorbs the clamps and the per-channel
+scale in front of it); then ConvertBF16 with ``--precision bf16`` (bf16.py) and ConvertFP16
 with ``--precision fp16`` (fp16.py)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..passes.step import Step
 from .annotate import AnnotateInt8
 from .bf16 import ConvertBF16
 from .depthwise_half_input import DepthwiseHalfInput
+from .fold_into_quantize import FoldIntoQuantize
 from .fp16 import ConvertFP16
 from .realize import RealizeInt8
 from .residual_from_quantized import ResidualFromQuantized
@@ -31,8 +33,9 @@ def steps(options: CompileOptions) -> list[Step]:
             Step(ResidualFromQuantized(), 1),
             Step(RealizeInt8(), 0),
             Step(DepthwiseHalfInput(bool(options.int8_ranges)), 1),
+            Step(FoldIntoQuantize(), 1),
             Step(ConvertBF16(options.precision == "bf16"), 0),
             Step(ConvertFP16(options.precision == "fp16"), 0)]
 
 
-__all__ = ["AnnotateInt8", "ConvertBF16", "DepthwiseHalfInput", "ResidualFromQuantized", "ConvertFP16", "RealizeInt8", "Site", "main_sites", "steps"]
+__all__ = ["AnnotateInt8", "ConvertBF16", "DepthwiseHalfInput", "FoldIntoQuantize", "ResidualFromQuantized", "ConvertFP16", "RealizeInt8", "Site", "main_sites", "steps"]

@@ -4,13 +4,17 @@ Runs right after AnnotateInt8 (quantize phase). Matches
     conv2d | matmul (dequantize(xq: uint8, sx, zx), dequantize(Wq: int8 constant, sw, 0))
 optionally followed by ``add(_, bias)`` with a per-output-channel constant bias, and emits
     acc  = int8 kernel(xq, prepacked Wq)                        int32, dot_kernels.py
-    y    = float32(acc + offset) * (sx * sw)                    per output channel
-where the int32 ``offset`` = round(bias / (sx * sw)) - zx * sum(Wq) holds the bias and the
-activation zero point's correction (exact in int32). When sx and zx are computed at run time
-(int8-dynamic matmuls) the correction is zx * sum(Wq) at run time and the bias is added in
-float32. Only ``y`` is float32, and FuseOps puts it
-in the kernel's epilogue along with what follows (ReLU, residual add) and the next site's
-quantize: between int8 kernels only uint8 tensors travel, no dequantize/quantize round trip.
+    y    = float32(acc) * (sx * sw) + offset                    per output channel
+where the float32 ``offset`` = bias - zx * sum(Wq) * sx * sw holds the bias and the
+activation zero point's correction: one multiply-add per output (LLVM contracts the two),
+where an int32 offset added before the conversion cost an integer add besides. float32(acc)
+is exact below 2^24; the product and the offset are rounded once each, an error of ~10^-7 of
+the accumulator's magnitude, far below a step of the next layer's quantization. When sx and
+zx are computed at run time (int8-dynamic matmuls) the correction is zx * sum(Wq) at run time
+and the bias is added in float32. Only ``y`` is float32, and FuseOps puts it in the kernel's
+epilogue along with what follows (ReLU, residual add) and the next site's quantize (which
+FoldIntoQuantize merges with the multiply-add): between int8 kernels only uint8 tensors
+travel, no dequantize/quantize round trip.
 The weights are packed at compile time into the block layout the dot-product instruction reads
 (dot_kernels.pack_*). Unmatched dequantize calls stay (they compute correctly, in float32);
 the dead ones are removed."""
@@ -27,9 +31,6 @@ from ..frontends.relax_shapes import static_shape
 from ..relax_walk import mutate_functions
 from .. import dot_kernels
 from ..passes.layout.prepack_weights import packed_call
-
-_INT32_SAFE = 2 ** 30
-
 
 @dataclass(frozen=True)
 class _Int8Site:
@@ -138,18 +139,14 @@ class _Realizer(relax.PyExprMutator):
             self._emit_dynamic(var, site, bias)
             return
         scale = (site.x_scale * site.w_scale).astype(np.float32)
-        offset = -site.x_zero * site.wq.reshape(-1, site.wq.shape[-1]).astype(np.int64).sum(0)
+        correction = -site.x_zero * site.wq.reshape(-1, site.wq.shape[-1]).astype(np.int64).sum(0)
+        offset = correction * scale.astype(np.float64)
         if bias is not None:
-            bias_q = np.round(bias.astype(np.float64) / scale)
-            if np.all(np.abs(bias_q) < _INT32_SAFE):
-                offset, bias = offset + bias_q.astype(np.int64), None
+            offset = offset + bias.astype(np.float64)
         acc = self.builder_.emit_te(*_kernel(site, self.visit_expr(site.xq)),
                                     primfunc_name_hint=f"{site.kind}_int8")
-        y = relax.op.add(acc, relax.const(offset.astype(np.int32)))
-        y = relax.op.multiply(relax.op.astype(y, "float32"), relax.const(scale))
-        if bias is not None:  # too large for int32 next to this scale: added in float32
-            y = relax.op.add(self.builder_.emit(y), relax.const(bias))
-        self._bind(var, y)
+        y = relax.op.multiply(relax.op.astype(acc, "float32"), relax.const(scale))
+        self._bind(var, relax.op.add(self.builder_.emit(y), relax.const(offset.astype(np.float32))))
 
     def _emit_dynamic(self, var, site: _Int8Site, bias):
         """float32(acc - zx * sum(Wq)) * sx * sw (+ bias), with sx and zx of this run."""

@@ -7,20 +7,13 @@ import tvm
 from tvm import relax
 
 from aotc.compiler.passes import CollapseLayoutChains, FoldPadIntoConv
-from relax_helpers import main_ops
+from relax_helpers import main_ops, one_input_module
 
 RNG = np.random.default_rng(0)
 TARGET = tvm.target.Target({"kind": "llvm"})
 
 
-def _module(shape, build):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(build(bb, x))
-        bb.emit_func_output(out)
-    return bb.get()
+_module = one_input_module
 
 
 

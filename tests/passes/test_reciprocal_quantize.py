@@ -1,9 +1,11 @@
-"""relax.quantize with one constant scale legalizes to a multiply by its reciprocal (no vector
-division in every int8 kernel's epilogue); per-channel scales keep TVM's division. Numbers:
+"""relax.quantize with a constant scale legalizes to a multiply by its reciprocal (no vector
+division in every int8 kernel's epilogue); a per-channel one to a multiply by a constant vector
+of reciprocals read per channel; scales that are not constants keep TVM's division. Numbers:
 at most one quantization step from TVM's own lowering, and that only on a few elements that
 lie within an ulp of a half-way point."""
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax, tirx
 
@@ -56,7 +58,31 @@ def test_int8_output_and_negative_zero_point():
     assert ours.min() == -128 and ours.max() == 127
 
 
-def test_per_channel_scales_keep_the_division():
+@pytest.mark.parametrize("zero_points", [np.zeros(32, np.int32), np.arange(32, dtype=np.int32)])
+def test_per_channel_scales_multiply_by_a_vector_of_reciprocals(zero_points):
     scales = RNG.uniform(0.01, 0.1, 32).astype(np.float32)
-    before = _module(scales, np.zeros(32, np.int32))
-    assert " / " in _kernel_script(relax.transform.LegalizeOps(LEGALIZE_MAP)(before))
+    before = _module(scales, zero_points)
+    after = relax.transform.LegalizeOps(LEGALIZE_MAP)(before)
+    script = _kernel_script(after)
+    assert " / " not in script and "T.round(x[" in script
+    # the reciprocals are a constant input of the kernel, read by channel
+    kernel = [f for _, f in after.functions.items() if isinstance(f, tirx.PrimFunc)][0]
+    assert len(kernel.params) == (3 if zero_points.any() else 2) + 1
+    x = (RNG.standard_normal((1, 64, 64, 32)) * 2).astype(np.float32)
+    ours = _run(after, x).astype(np.int32)
+    tvms = _run(relax.transform.LegalizeOps()(before), x).astype(np.int32)
+    assert np.abs(ours - tvms).max() <= 1
+    assert np.mean(ours != tvms) < 1e-3, np.mean(ours != tvms)
+
+
+def test_a_scale_computed_at_run_time_keeps_the_division():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 4), "float32"))
+    with bb.function("main", [x]):
+        scale = bb.emit(relax.op.max(x))
+        out = bb.emit(relax.op.quantize(x, scale, relax.const(np.int32(0)), axis=-1,
+                                        out_dtype="uint8"))
+        bb.emit_func_output(out)
+    after = relax.transform.LegalizeOps(LEGALIZE_MAP)(bb.get())
+    assert any(" / " in f.script() for _, f in after.functions.items()
+               if isinstance(f, tirx.PrimFunc) and "quantize" in f.script())
