@@ -4,7 +4,7 @@ conv2d that has no int8 kernel, and a matmul (+bias).
 After annotate: the activations of the conv2d and the matmul pass through quantize/dequantize,
 their weights are int8 constants under dequantize; the depthwise conv is untouched.
 After realize: no dequantize is left, the two contractions are int8 kernels (call_tir) fed
-uint8, their biases are inside the int32 offset (no float add after them), and the depthwise
+uint8, their biases are inside the one float32 offset added after the scale, and the depthwise
 conv is still a float32 conv2d (the fp32 fallback boundary).
 Numbers: the realized module equals the annotated (fake-quantized, float32) one up to float32
 rounding, and both are near the float32 original."""
@@ -63,7 +63,8 @@ def test_annotate_then_realize_structure():
     kernels = [gv.name_hint for gv, f in realized.functions_items()
                if isinstance(f, tvm.tirx.PrimFunc)]
     assert sorted(kernels) == ["conv2d_int8", "matmul_int8"]
-    # biases folded into the int32 offset: each kernel is followed by add(int32) only
+    # bias and zero-point correction in one offset: each kernel is followed by astype,
+    # multiply (the scale) and add (the offset), no second add for the bias
     assert ops.count("relax.add") == 2 and ops.count("relax.astype") == 2
 
 
