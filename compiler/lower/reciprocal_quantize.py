@@ -8,6 +8,12 @@ division sat in the epilogue of every kernel. MobileNetV2's int8 depthwise 3x3 o
 56x56x144 had 8 divisions against 72 multiply-adds per tile and spent more time dividing
 than convolving (one kernel timed alone, 2 threads: 0.091 -> 0.073 ms).
 
+On LLVM targets the rounding is ``llvm.lrint`` of the clipped value (half to even, as
+``round``), which x86 converts in one instruction (``vcvtps2dq``, where ``round`` then the
+conversion took ``vrndscaleps`` + ``vcvttps2dq``). Clipping before rounding, with the zero
+point added to the integer after, gives the same codes: the bounds minus the zero point are
+integers.
+
 Exactness: ``x * fl(1 / scale)`` differs from ``x / scale`` by at most one unit in the last
 place, so ``round`` can come out one quantization step apart where ``x / scale`` lies within
 that of a half-way point: rare, and within the step-size tolerance the int8 results are held
@@ -51,6 +57,7 @@ def _quantize_by_reciprocal(x: te.Tensor, reciprocal, zero_point, out_dtype, axi
     """``reciprocal``/``zero_point``: floats, or [C] tensors indexed along ``axis``."""
     low, high = (float(v) for v in (tirx.min_value(out_dtype).value,
                                     tirx.max_value(out_dtype).value))
+    rounds_on_conversion = _converts_rounding() and not isinstance(zero_point, te.Tensor)
 
     def per_channel(value, i):
         return value[i[axis]] if isinstance(value, te.Tensor) else tirx.const(value, "float32")
@@ -59,6 +66,14 @@ def _quantize_by_reciprocal(x: te.Tensor, reciprocal, zero_point, out_dtype, axi
         value = x(*i)
         if isinstance(reciprocal, te.Tensor) or reciprocal != 1.0:  # FoldIntoQuantize's: 1
             value = value * per_channel(reciprocal, i)
+        if rounds_on_conversion:
+            # clip(round(v) + zp, low, high) = round(clip(v, low - zp, high - zp)) + zp
+            value = te.max(te.min(value, tirx.const(high - zero_point, "float32")),
+                           tirx.const(low - zero_point, "float32"))
+            code = tirx.call_llvm_pure_intrin("int32", "llvm.lrint", value)
+            if zero_point != 0.0:
+                code = code + tirx.const(int(zero_point), "int32")
+            return code.astype(out_dtype)
         value = te.round(value)
         if isinstance(zero_point, te.Tensor) or zero_point != 0.0:
             value = value + per_channel(zero_point, i)
@@ -66,6 +81,15 @@ def _quantize_by_reciprocal(x: te.Tensor, reciprocal, zero_point, out_dtype, axi
                       tirx.const(low, "float32")).astype(out_dtype)
 
     return te.compute(x.shape, compute, name="quantized")
+
+
+def _converts_rounding() -> bool:
+    """Whether the kernels are LLVM's (CPU targets): ``llvm.lrint`` rounds half to even as
+    ``round`` does and converts in the same instruction (x86 ``vcvtps2dq``, where ``round``
+    then a conversion are ``vrndscaleps`` + ``vcvttps2dq``). Other code generators (CUDA's
+    C source) have no LLVM intrinsics."""
+    target = tvm.target.Target.current(allow_none=True)
+    return target is not None and target.kind.name == "llvm"
 
 
 def _reciprocals(scale: np.ndarray) -> np.ndarray | None:

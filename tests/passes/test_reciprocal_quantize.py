@@ -86,3 +86,21 @@ def test_a_scale_computed_at_run_time_keeps_the_division():
     after = relax.transform.LegalizeOps(LEGALIZE_MAP)(bb.get())
     assert any(" / " in f.script() for _, f in after.functions.items()
                if isinstance(f, tirx.PrimFunc) and "quantize" in f.script())
+
+
+@pytest.mark.parametrize("zero_point, dtype", [(np.int32(3), "uint8"), (np.int8(-7), "int8"),
+                                               (np.int32(0), "uint8")])
+def test_on_llvm_targets_lrint_rounds_and_converts_to_the_same_codes(zero_point, dtype):
+    """Under an LLVM target the kernel clips, then rounds with llvm.lrint (one vcvtps2dq on
+    x86) and adds the zero point to the integer: the same codes as round-then-clip, exactly,
+    with half-way points, infinities and values far outside the codes included."""
+    before = _module(np.float32(0.25), zero_point, dtype)
+    with TARGET:
+        on_llvm = relax.transform.LegalizeOps(LEGALIZE_MAP)(before)
+    plain = relax.transform.LegalizeOps(LEGALIZE_MAP)(before)
+    assert "llvm.lrint" in _kernel_script(on_llvm) and "T.round" not in _kernel_script(on_llvm)
+    assert "T.round" in _kernel_script(plain)
+    x = (RNG.standard_normal((1, 64, 64, 32)) * 40).astype(np.float32)
+    x.reshape(-1)[:12] = [0.125, 0.375, -0.125, -0.375, 0.625, np.inf, -np.inf, 1e20, -1e20,
+                          31.875, -32.125, 63.625]  # x * 4 lands on half-way points
+    np.testing.assert_array_equal(_run(on_llvm, x), _run(plain, x))
