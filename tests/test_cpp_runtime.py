@@ -156,6 +156,51 @@ def test_arm_light_resnet50_under_qemu(tmp_path):
     check_arm_under_qemu(LIGHT_DIR / "light_resnet50.onnx", tmp_path, rtol=1e-3, atol=1e-3)
 
 
+@needs_arm
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["arm", "arm-dotprod"])
+def test_arm_int8_block_under_qemu_computes_the_x86_int8_codes(target, tmp_path):
+    """An int8 inverted-residual block (expand, depthwise, project, residual) compiled for ARM
+    and run under qemu: the same outputs as the x86 build (the same int8 codes: dot products in
+    int32, requantization rounding half to even on both), near torch's float32."""
+    import torch
+    from aotc.options import QuantizeOptions
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.expand = torch.nn.Conv2d(16, 64, 1)
+            self.dw = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64)
+            self.project = torch.nn.Conv2d(64, 16, 1)
+
+        def forward(self, x):
+            y = torch.nn.functional.relu6(self.expand(x))
+            return x + self.project(torch.nn.functional.relu6(self.dw(y)))
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    net = Block().eval()
+    calib = [rng.standard_normal((1, 16, 28, 28)).astype(np.float32) for _ in range(8)]
+    builds = {}
+    for name in (target, "x86"):
+        builds[name] = tmp_path / f"block_{name}.so"
+        aotc.compile(net, target=name, output=builds[name],
+                     example_inputs=(torch.from_numpy(calib[0]),),
+                     quantize=QuantizeOptions(calib, method="minmax"))
+    host = aotc.load(builds["x86"])
+    x = {host.signature.inputs[0].name: rng.standard_normal((1, 16, 28, 28)).astype(np.float32)}
+    bundle = package(builds[target], tmp_path / "bundle")
+    done = run_runner([*cpp_runner.launcher("aarch64"), bundle.runner, bundle.model,
+                       *save_inputs(x, tmp_path / "in"), "--output-dir", tmp_path / "out"],
+                      env={})
+    assert done.returncode == 0, done.stderr
+    (got,) = outputs_of(tmp_path / "out", [host.signature.outputs[0].name])
+    np.testing.assert_allclose(got, next(iter(host.run(x).values())), rtol=0, atol=1e-5)
+    with torch.no_grad():
+        want = net(torch.from_numpy(next(iter(x.values())))).numpy()
+    np.testing.assert_allclose(got, want, atol=0.01 * np.abs(want).max())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert"])
 def test_runner_matches_python_on_examples(name, runner, example_onnx_dir, tmp_path):
