@@ -63,11 +63,17 @@ class _Quantize:
         self.ok = (self.scale is not None and self.zero is not None and self.codes is not None
                    and np.isfinite(self.scale) and self.scale > 0)
 
+    def code(self, value: float) -> float:
+        """The code the quantize gives ``value``, before its clip, computed as its kernel
+        does (lower/reciprocal_quantize.py: float32 times the reciprocal, half to even)."""
+        reciprocal = np.float32(1.0 / np.float64(np.float32(self.scale)))
+        return float(np.rint(np.float32(value) * reciprocal)) + self.zero
+
     def is_lowest(self, bound: float) -> bool:
-        return bound / self.scale + self.zero <= self.codes[0]
+        return self.code(bound) <= self.codes[0]
 
     def is_highest(self, bound: float) -> bool:
-        return bound / self.scale + self.zero >= self.codes[1]
+        return self.code(bound) >= self.codes[1]
 
 
 def clamp_input(value, quantize: _Quantize):

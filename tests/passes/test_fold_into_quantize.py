@@ -132,3 +132,13 @@ def test_a_multiply_with_another_user_stays():
                                "relax.add"]
     x = _input()
     np.testing.assert_array_equal(_run(after, x), _run(before, x))
+
+
+def test_relu6_before_its_own_range_folds_although_6_over_the_float32_scale_is_under_255():
+    """scale = float32(6 / 255): 6 / scale is 254.99999, but the kernel multiplies by the
+    float32 reciprocal (42.5) and 6 gets code 255: the min(6) is redundant and goes."""
+    before = _module(np.ones(SHAPE[-1]), scale=np.float32(6.0 / 255))
+    assert 6.0 / float(np.float32(6.0 / 255)) < 255
+    after = FoldIntoQuantize()(before)
+    assert main_ops(after) == ["relax.multiply", "relax.quantize"]
+    _assert_within_a_step(before, after)
