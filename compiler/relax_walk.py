@@ -20,6 +20,22 @@ def mutate_functions(mod: tvm.IRModule, mutator: relax.PyExprMutator) -> tvm.IRM
     return mutator.builder_.get()
 
 
+class RewriteWhenEnabled:
+    """The body of a module pass that runs the mutator class ``rewriter`` (built from the
+    module) over a module with a ``main``, and only when ``enabled`` (say, int8 sites were
+    annotated). Subclass, set ``rewriter`` and decorate with tvm.transform.module_pass."""
+
+    rewriter: type = None
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if not self.enabled or not has_main(mod):
+            return mod
+        return mutate_functions(mod, self.rewriter(mod))
+
+
 def visit_functions(mod: tvm.IRModule, visit: Callable[[relax.Expr], None]) -> None:
     """Call ``visit`` on every expression of every Relax function, in post order."""
     for _, func in mod.functions_items():

@@ -45,3 +45,36 @@ def check_against_torch(module, example_inputs, tmp_path: Path, rtol=RTOL, atol=
     for g, w in zip(got.values(), want):
         np.testing.assert_allclose(g, w.numpy(), rtol=rtol, atol=atol)
     return model
+
+
+def inverted_residual_block():
+    """MobileNetV2's block in small (16 -> 64 expand, ReLU6, 3x3 depthwise, ReLU6, 64 -> 16
+    project, residual add), seeded: the int8 tests' model with a depthwise conv between two
+    int8 ones."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.expand = torch.nn.Conv2d(16, 64, 1)
+            self.dw = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64)
+            self.project = torch.nn.Conv2d(64, 16, 1)
+
+        def forward(self, x):
+            y = torch.nn.functional.relu6(self.expand(x))
+            return x + self.project(torch.nn.functional.relu6(self.dw(y)))
+
+    torch.manual_seed(0)
+    return Block().eval()
+
+
+def assert_near_torch(net, so_path, x: np.ndarray, fraction: float) -> np.ndarray:
+    """The compiled model's first output on ``x`` within ``fraction`` of the largest magnitude
+    of torch's (quantized models); returns it."""
+    import torch
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    model = aotc.load(so_path)
+    got = next(iter(model.run({model.signature.inputs[0].name: x}).values()))
+    np.testing.assert_allclose(got, want, atol=fraction * np.abs(want).max())
+    return got

@@ -14,6 +14,7 @@ import aotc
 from aotc import cpp_runner
 from aotc.package import package
 from aotc.runtime.inputs import npy_file_name, random_inputs
+from helpers import assert_near_torch, inverted_residual_block
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None,
                                 reason="cmake and g++ build the C++ runner (.ci/run installs them)")
@@ -166,20 +167,8 @@ def test_arm_int8_block_under_qemu_computes_the_x86_int8_codes(target, tmp_path)
     import torch
     from aotc.options import QuantizeOptions
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.expand = torch.nn.Conv2d(16, 64, 1)
-            self.dw = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64)
-            self.project = torch.nn.Conv2d(64, 16, 1)
-
-        def forward(self, x):
-            y = torch.nn.functional.relu6(self.expand(x))
-            return x + self.project(torch.nn.functional.relu6(self.dw(y)))
-
-    torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    net = Block().eval()
+    net = inverted_residual_block()
     calib = [rng.standard_normal((1, 16, 28, 28)).astype(np.float32) for _ in range(8)]
     builds = {}
     for name in (target, "x86"):
@@ -195,10 +184,8 @@ def test_arm_int8_block_under_qemu_computes_the_x86_int8_codes(target, tmp_path)
                       env={})
     assert done.returncode == 0, done.stderr
     (got,) = outputs_of(tmp_path / "out", [host.signature.outputs[0].name])
-    np.testing.assert_allclose(got, next(iter(host.run(x).values())), rtol=0, atol=1e-5)
-    with torch.no_grad():
-        want = net(torch.from_numpy(next(iter(x.values())))).numpy()
-    np.testing.assert_allclose(got, want, atol=0.01 * np.abs(want).max())
+    want = assert_near_torch(net, builds["x86"], next(iter(x.values())), 0.01)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow

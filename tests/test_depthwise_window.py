@@ -163,3 +163,19 @@ def test_window_rows_are_a_tuning_decision_whose_schedules_compute_the_conv():
         trace.with_decision(inst, index, True).apply_to_schedule(sch, remove_postproc=True)
         got = _run(sch, [x, w, np.zeros((1, 28, 28, 64), np.float32)])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, kernel", [((1, 56, 56, 144), 3), ((1, 14, 14, 48), 5)])
+def test_a_uint8_input_is_widened_into_the_window_too(shape, kernel):
+    """DepthwiseByteInput's convs (uint8 input, float32 weights): the same window, and the
+    sums of the byte values exactly as a float64 reference (small integers times float32)."""
+    func = _depthwise(shape, kernel, 1, 1, dtype="uint8")
+    sch = _scheduled(func)
+    assert "pad_temp" in _block_names(sch)
+    x = RNG.integers(0, 256, shape).astype(np.uint8)
+    w = RNG.standard_normal((kernel, kernel, 1, shape[-1])).astype(np.float32)
+    out = np.zeros(shape, np.float32)
+    windowed = _run(sch, [x, w, out])
+    inlined = _run(_scheduled(func, window=False), [x, w, out.copy()])
+    np.testing.assert_allclose(windowed, _reference(x, w, 1, 1), rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(windowed, inlined, rtol=1e-6, atol=1e-4)

@@ -2,9 +2,9 @@
 that one row of taps reads, widened to float32 once per tap row into a small buffer that the
 multiply-adds of every tap of that row read.
 
-Why: an int8 model's depthwise convs read float16 (quantize/depthwise_half_input.py). With the
-padding inlined into the conv (cpu_contraction.inline_padding), every tap of every output
-pixel loads its own input vector behind its own bounds check and widens it (``vcvtph2ps``,
+Why: an int8 model's depthwise convs read float16 or uint8 (quantize/depthwise_half_input.py,
+depthwise_byte_input.py). With the padding inlined into the conv
+(cpu_contraction.inline_padding), every tap of every output pixel loads its own input vector behind its own bounds check and widens it (``vcvtph2ps``,
 which competes with the multiply-adds for the same ports). A 3x3 tap row over a tile of R
 pixels at stride 1 touches R + 2 input pixels but made 3R such loads; the window makes R + 2,
 and the taps read it unguarded. It stays under TVM's stack-allocation limit, so LLVM keeps it
@@ -18,8 +18,8 @@ slower with the window. So the window is used where the input is widened and eac
 element is read at least twice (``MIN_REUSE``).
 
 Which kernels: a contraction whose reduction is the taps of one channel (groups = channels),
-NHWC, reading a zero-padded copy of a narrower-float input (the copy is what holds the
-bounds checks; widening_conv.py puts the cast before it)."""
+NHWC, reading a zero-padded copy of a narrower input: float16, bfloat16 or uint8 (the copy
+is what holds the bounds checks; widening_conv.py puts the cast before it)."""
 
 from __future__ import annotations
 
@@ -114,10 +114,12 @@ def inline_into_window(sch: s_tir.Schedule, main, infos, window: Window) -> Wind
 
 
 def _widened(sch: s_tir.Schedule, producers, pad_buffer) -> bool:
-    """Whether the copy's producers read a narrower float type than the copy holds."""
+    """Whether the copy's producers read a narrower type (float16, bfloat16, uint8) than the
+    float copy holds."""
     bits = int(pad_buffer.dtype.bits)
     return str(pad_buffer.dtype).startswith("float") and any(
-        str(r.source.dtype).startswith(("float", "bfloat")) and int(r.source.dtype.bits) < bits
+        str(r.source.dtype).startswith(("float", "bfloat", "uint", "int"))
+        and int(r.source.dtype.bits) < bits
         for p in producers for r in sch.get(p.block_rv).reads)
 
 

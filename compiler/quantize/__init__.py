@@ -14,6 +14,7 @@ from aotc.options import CompileOptions
 from ..passes.step import Step
 from .annotate import AnnotateInt8
 from .bf16 import ConvertBF16
+from .depthwise_byte_input import DepthwiseByteInput
 from .depthwise_half_input import DepthwiseHalfInput
 from .fold_into_quantize import FoldIntoQuantize
 from .fp16 import ConvertFP16
@@ -32,6 +33,7 @@ def steps(options: CompileOptions) -> list[Step]:
     return [Step(AnnotateInt8(options.int8_ranges or {}), 0),
             Step(ResidualFromQuantized(), 1),
             Step(RealizeInt8(), 0),
+            Step(DepthwiseByteInput(bool(options.int8_ranges)), 1),
             Step(DepthwiseHalfInput(bool(options.int8_ranges)), 1),
             Step(FoldIntoQuantize(), 1),
             Step(ConvertBF16(options.precision == "bf16"), 0),

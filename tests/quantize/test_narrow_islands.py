@@ -13,6 +13,7 @@ from aotc.compiler.quantize import main_sites
 from aotc.compiler.quantize.driver import chosen_sites
 from aotc.compiler.quantize.narrow_islands import narrow_islands
 from aotc.options import QuantizeOptions
+from helpers import assert_near_torch
 
 RNG = np.random.default_rng(0)
 
@@ -92,9 +93,5 @@ def test_compile_reports_the_float32_stem_and_still_matches(tmp_path):
     report = meta["quantization_report"]
     assert list(report["float32_layers"]) == ["conv2d_0"]
     assert report["int8_layers"] == 1
-    x = RNG.standard_normal((1, 3, 32, 32)).astype(np.float32)
-    with torch.no_grad():
-        want = net(torch.from_numpy(x)).numpy()
-    model = aotc.load(tmp_path / "m.so")
-    got = next(iter(model.run({model.signature.inputs[0].name: x}).values()))
-    np.testing.assert_allclose(got, want, atol=0.03 * np.abs(want).max())
+    assert_near_torch(net, tmp_path / "m.so",
+                      RNG.standard_normal((1, 3, 32, 32)).astype(np.float32), 0.03)

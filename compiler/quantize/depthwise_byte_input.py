@@ -1,0 +1,96 @@
+"""DepthwiseByteInput: in an int8 model, a float32 depthwise conv whose input is clipped to
+[0, hi] (ReLU6) reads that input as uint8.
+
+Why: depthwise convs have no int8 kernel and stay float32 (contraction_sites.py), and their
+input is the largest tensor of an inverted-residual block (MobileNetV2's 112x112x96 expand
+output). DepthwiseHalfInput halves it to float16; a clipped input fits one byte: 0..hi in 255
+steps, the grid onnxruntime's QDQ models use for it too. The expand conv's epilogue then writes
+a quarter of the float32 bytes and the depthwise kernel reads them, widening each input once
+into its window (cpu_depthwise.py); ``vpmovzxbd`` + ``vcvtdq2ps`` cost what ``vcvtph2ps`` does.
+
+The clip's bounds give the range, so no calibration is needed: scale = hi / 255, zero point 0.
+Zero point 0 is what makes it exact at the borders: the conv zero-pads its uint8 input, and
+0 is the value 0.0. The scale is folded into the (constant) weights, so the kernel sums
+``float(q) * (W * scale)`` in float32. Error: half a step (hi / 510) per input, the same as
+the int8 conv after it already has on its own input.
+
+How: ``conv2d(x, W)`` with groups = channels, NHWC, float32, ``x = clip(v, 0, hi)`` (relax's
+clip or minimum/maximum with constants) used by this conv alone and W a constant becomes
+``conv2d(quantize(x, hi/255, 0, uint8), W * hi/255, out_dtype=float32)``. FuseOps puts the
+quantize into the producer's epilogue; widening_conv.py legalizes the conv with the widening
+before the padding. Depthwise convs with other inputs are left to DepthwiseHalfInput.
+
+Measured (MobileNetV2 int8, engines in separate processes, 8 alternating rounds of 200 runs):
+0.921x of the time with float16 hand-offs (1.572 -> 1.450 ms). It pays only together with
+FoldIntoQuantize, which drops the relu6 the quantize repeats and folds the scales into one
+multiply-add: before it the expand convs' uint8 epilogue (relu6, scale, round, clip) cost
+more than the bytes saved, 1.07x. Each kernel timed alone, the expand convs are still slower
+than their float16 form (the 16->96 one at 112x112: 0.107 -> 0.134 ms; the depthwise ones
+about even): the gain is the smaller tensor between them in the running model.
+
+Where: quantize phase, after RealizeInt8 and before DepthwiseHalfInput; only when int8 sites
+were annotated (``enabled``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..passes.lowering.half_in_float32 import with_float32_out
+from ..relax_walk import RewriteWhenEnabled, op_name
+from .depthwise_half_input import DepthwiseInputs
+
+U8_LEVELS = 255
+_MOVES_VALUES = ("relax.permute_dims", "relax.reshape")  # same values, other places
+
+
+def _scalar(expr) -> float | None:
+    """The value of a one-element tensor constant or of a prim value (clip's bounds)."""
+    value = getattr(expr, "value", None) if isinstance(expr, tvm.ir.expr.Constant) else None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if hasattr(value, "numpy") and value.numpy().size == 1:
+        return float(value.numpy().reshape(()))
+    return None
+
+
+def clip_upper_bound(expr, values: dict) -> float | None:
+    """hi when ``expr`` is clip(v, 0, hi) with 0 < hi finite, written as relax.clip or as
+    minimum/maximum with scalar constants in either order, possibly behind layout changes
+    (permute_dims, reshape: a torch model's NCHW clip between the NHWC convs); else None."""
+    while op_name(expr) in _MOVES_VALUES:
+        expr = values.get(expr.args[0])
+    name = op_name(expr)
+    if name == "relax.clip":
+        low, high = _scalar(expr.args[1]), _scalar(expr.args[2])
+        return high if low == 0.0 and high is not None and 0 < high < np.inf else None
+    if name not in ("relax.minimum", "relax.maximum"):
+        return None
+    inner = values.get(expr.args[0])
+    bound = _scalar(expr.args[1])
+    if bound is None or op_name(inner) not in ("relax.minimum", "relax.maximum") \
+            or op_name(inner) == name:
+        return None
+    other = _scalar(inner.args[1])
+    low, high = (other, bound) if name == "relax.minimum" else (bound, other)
+    return high if low == 0.0 and high is not None and 0 < high < np.inf else None
+
+
+def _byte_input(builder, call: relax.Call, value, values) -> relax.Expr | None:
+    high = clip_upper_bound(value, values)
+    if high is None or not isinstance(call.args[1], tvm.ir.expr.Constant):
+        return None
+    scale = np.float32(high / U8_LEVELS)
+    quantized = builder.emit(relax.op.quantize(
+        call.args[0], relax.const(scale, "float32"), relax.const(0, "int32"), axis=-1,
+        out_dtype="uint8"), "x_u8")
+    weight = relax.const((call.args[1].value.numpy() * scale).astype(np.float32))
+    return relax.Call(call.op, [quantized, weight], with_float32_out(call.attrs))
+
+
+@tvm.transform.module_pass(opt_level=0, name="DepthwiseByteInput")
+class DepthwiseByteInput(RewriteWhenEnabled):
+    """``enabled``: int8 sites were annotated (compile options carry calibrated ranges)."""
+
+    rewriter = staticmethod(lambda mod: DepthwiseInputs(mod, _byte_input))
