@@ -41,11 +41,13 @@ def _dot_16x4_vnni(A: T.Buffer((4,), "uint8", offset_factor=1),
     with T.sblock("root"):
         T.reads(C[0:16], A[0:4], B[0:16, 0:4])
         T.writes(C[0:16])
-        a_word = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+        # the 4 bytes as one int32, inline: assigned to a name, TVMScript makes it a local
+        # buffer, which LowerTVMBuiltin puts in a TVMBackendAllocWorkspace call per tile
         C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
             T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
             C.vload([0], dtype="int32x16"),
-            T.reinterpret(T.broadcast(a_word, 16), dtype="int8x64"),
+            T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint8x4"), dtype="int32"), 16),
+                          dtype="int8x64"),
             B.vload([0, 0], dtype="int8x64"), dtype="int32x16")
 
 
@@ -89,10 +91,10 @@ def _dot_16x2_bf16(A: T.Buffer((2,), "uint16", offset_factor=1),
     with T.sblock("root"):
         T.reads(C[0:16], A[0:2], B[0:16, 0:2])
         T.writes(C[0:16])
-        a_pair = T.reinterpret("int32", A.vload([0], "uint16x2"))
-        C[T.ramp(T.int32(0), 1, 16)] = T.call_pure_extern(
+        C[T.ramp(T.int32(0), 1, 16)] = T.call_pure_extern(  # A inline, as above
             "float32x16", BF16_FUNCTION, C.vload([0], dtype="float32x16"),
-            T.broadcast(a_pair, 16), T.reinterpret("int32x16", B.vload([0, 0], dtype="uint16x32")))
+            T.broadcast(T.reinterpret("int32", A.vload([0], "uint16x2")), 16),
+            T.reinterpret("int32x16", B.vload([0, 0], dtype="uint16x32")))
 
 
 TensorIntrin.register(BF16_16x2, _dot_16x2_desc, _dot_16x2_bf16, override=True)
