@@ -315,8 +315,9 @@ class Contraction(ScheduleRule):
             sch.unroll(reduce[1])
         # Accumulate in a small tile buffer (registers after unroll/vectorize), then apply
         # the epilogue on the way out. Scope "global", not "local": TVM's LowerTVMBuiltin puts
-        # only small *global* CPU allocations on the stack; a "local" one became a
-        # TVMBackendAllocWorkspace/FreeWorkspace pair in every parallel tile.
+        # only small (< 1 KB) *global* CPU allocations on the stack; a "local" one became a
+        # TVMBackendAllocWorkspace/FreeWorkspace pair in every parallel tile. (aotc's TIR
+        # pipeline keeps larger ones on the stack too: stack_buffers.py.)
         write_back = sch.cache_write(block, 0, "global")
         # After pad_einsum the first epilogue copies the padded result into the real output.
         # Inlining that copy into the write-back dropped its bounds (TVM wrote the padded tile
