@@ -73,6 +73,40 @@ def test_unaligned_input_is_realigned(tmp_path):
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
 
 
+def _unaligned_copy(x: np.ndarray) -> np.ndarray:
+    raw = np.zeros(x.nbytes + 64, np.uint8)
+    start = 16 + (-raw.ctypes.data % 64)  # where numpy puts large arrays: 16 past a page
+    u = raw[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
+    u[...] = x
+    return u
+
+
+def test_unaligned_inputs_reuse_one_staging_buffer_and_outputs_stay_theirs(tmp_path):
+    """Unaligned inputs are copied into one aligned buffer per input, kept between runs. A
+    model whose output is its input (Identity) would hand back that buffer: each result is
+    still the run's own, not overwritten by the next run."""
+    import onnx
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Relu", ["x"], ["z"])],
+        "identity", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 64]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [32, 64])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "identity.onnx")
+    aotc.compile(tmp_path / "identity.onnx", output=tmp_path / "identity.so")
+    model = aotc.load(tmp_path / "identity.so")
+    rng = np.random.default_rng(0)
+    first, second = (rng.standard_normal((32, 64)).astype(np.float32) for _ in range(2))
+    out1 = model(x=_unaligned_copy(first))
+    (buffer,) = model._staging._buffers.values()  # pylint: disable=protected-access
+    out2 = model(x=_unaligned_copy(second))
+    assert next(iter(model._staging._buffers.values())) is buffer  # reused, not reallocated
+    np.testing.assert_array_equal(out1["y"], first)
+    np.testing.assert_array_equal(out1["z"], np.maximum(first, 0))
+    np.testing.assert_array_equal(out2["y"], second)
+
+
 def test_tampered_library_is_refused(tiny_so, tmp_path):
     data = bytearray(tiny_so.read_bytes())
     data[len(data) // 2] ^= 0xFF
