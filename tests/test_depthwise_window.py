@@ -39,12 +39,13 @@ def _scheduled(func, window: bool = True):
     with TARGET:
         if window:
             return Contraction().apply(func, TARGET, False)
-        saved = cpu_depthwise.MIN_REUSE
-        cpu_depthwise.MIN_REUSE = 10 ** 6  # no tile qualifies: the padding is inlined
+        saved = cpu_depthwise.MIN_REUSE, cpu_depthwise.MIN_REUSE_INTEGER
+        # no tile qualifies: the padding is inlined
+        cpu_depthwise.MIN_REUSE = cpu_depthwise.MIN_REUSE_INTEGER = 10 ** 6
         try:
             return Contraction().apply(func, TARGET, False)
         finally:
-            cpu_depthwise.MIN_REUSE = saved
+            cpu_depthwise.MIN_REUSE, cpu_depthwise.MIN_REUSE_INTEGER = saved
 
 
 def _block_names(sch) -> set[str]:
@@ -165,17 +166,20 @@ def test_window_rows_are_a_tuning_decision_whose_schedules_compute_the_conv():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape, kernel", [((1, 56, 56, 144), 3), ((1, 14, 14, 48), 5)])
-def test_a_uint8_input_is_widened_into_the_window_too(shape, kernel):
-    """DepthwiseByteInput's convs (uint8 input, float32 weights): the same window, and the
-    sums of the byte values exactly as a float64 reference (small integers times float32)."""
-    func = _depthwise(shape, kernel, 1, 1, dtype="uint8")
+@pytest.mark.parametrize("shape, kernel, stride", [((1, 56, 56, 144), 3, 1),
+                                                   ((1, 14, 14, 48), 5, 1),
+                                                   ((1, 56, 56, 96), 3, 2)])
+def test_a_uint8_input_is_widened_into_the_window_too(shape, kernel, stride):
+    """DepthwiseByteInput's convs (uint8 input, float32 weights): the same window, at stride 2
+    too (widening a byte takes two instructions per tap, so less reuse pays), and the sums of
+    the byte values exactly as a float64 reference (small integers times float32)."""
+    func = _depthwise(shape, kernel, stride, 1, dtype="uint8")
     sch = _scheduled(func)
     assert "pad_temp" in _block_names(sch)
     x = RNG.integers(0, 256, shape).astype(np.uint8)
     w = RNG.standard_normal((kernel, kernel, 1, shape[-1])).astype(np.float32)
-    out = np.zeros(shape, np.float32)
+    out = np.zeros([int(d) for d in func.params[-1].shape], np.float32)
     windowed = _run(sch, [x, w, out])
     inlined = _run(_scheduled(func, window=False), [x, w, out.copy()])
-    np.testing.assert_allclose(windowed, _reference(x, w, 1, 1), rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(windowed, _reference(x, w, stride, 1), rtol=1e-5, atol=1e-3)
     np.testing.assert_allclose(windowed, inlined, rtol=1e-6, atol=1e-4)

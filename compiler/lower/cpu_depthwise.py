@@ -17,7 +17,10 @@ padding, 15 interleaved rounds, 2 threads): stride 1 0.78-0.83x of the time at 5
 28x28x192, 14x14x384/576 and 7x7x960, 1.06x at 112x112x32; stride 2 0.93-1.09x (a window of
 2R + 1 pixels for 3R taps: too little reuse). float32 inputs (nothing to widen) were 1.0-1.35x
 slower with the window. So the window is used where the input is widened and each window
-element is read at least twice (``MIN_REUSE``).
+element is read at least twice (``MIN_REUSE``). A uint8 input (depthwise_byte_input.py)
+widens in two instructions per tap, and there stride 2 pays too (MobileNetV2 int8, its four
+stride-2 depthwise convs given windows: 0.968x of the model's time, 6-round A/B), so integer
+inputs need only 1.3 reads per window element (``MIN_REUSE_INTEGER``).
 
 Which kernels: a contraction whose reduction is the taps of one channel (groups = channels),
 NHWC, reading a zero-padded copy of a narrower input: float16, bfloat16 or uint8 (the copy
@@ -39,8 +42,11 @@ STACK_ALLOCATION_LIMIT = 1024
 # Fewer output pixels per tile than this reuse too little of the window to pay for it.
 _MIN_WINDOW_ROWS = 3
 _MAX_WINDOW_ROWS = 16
-# Taps per window element, at least (see the module docstring: stride 2 reuses 1.4x).
+# Taps per window element, at least (see the module docstring: stride 2 reuses 1.4x): twice
+# for float16 inputs (one vcvtph2ps per tap saved), 1.3 times for integer ones, whose
+# widening is two instructions per tap (vpmovzxbd + vcvtdq2ps).
 MIN_REUSE = 2
+MIN_REUSE_INTEGER = 1.3
 
 
 @dataclass(frozen=True)
@@ -51,17 +57,18 @@ class Window:
     taps: int       # taps in one row of the kernel (kw)
     dilation: int
     bytes_per_pixel: int  # of one column block of the window: lanes x element size
+    min_reuse: float = MIN_REUSE  # taps per window element, at least
 
     def pixels(self, rows: int) -> int:
         return (rows - 1) * self.stride + (self.taps - 1) * self.dilation + 1
 
     def fits(self, rows: int, registers: int) -> bool:
         """On the stack (so in registers after unrolling), window + accumulators + one weight
-        vector within the register file, and each window element read MIN_REUSE times."""
+        vector within the register file, and each window element read ``min_reuse`` times."""
         pixels = self.pixels(rows)
         return (pixels * self.bytes_per_pixel < STACK_ALLOCATION_LIMIT
                 and pixels + rows + 1 <= registers
-                and rows * self.taps >= MIN_REUSE * pixels)
+                and rows * self.taps >= self.min_reuse * pixels)
 
 
 def _static(value) -> int | None:
@@ -85,7 +92,8 @@ def find_window(sch: s_tir.Schedule, main, infos, lanes: int, registers: int) ->
     reads = [r for r in block.reads if r.source.same_as(pad_buffer)]
     if len(reads) != 1 or len(reads[0].region) != 4 or len(block.iter_vars) != len(kinds):
         return None
-    if not _is_zero_padding(sch.get(pad.block_rv)) or not _widened(sch, producers, pad_buffer):
+    narrow = _widened_from(sch, producers, pad_buffer)
+    if not _is_zero_padding(sch.get(pad.block_rv)) or narrow is None:
         return None
     w_var, tap_var = block.iter_vars[-4].var, block.iter_vars[-1].var
     coefficients = detect_linear_equation(reads[0].region[2].min, [w_var, tap_var])
@@ -96,7 +104,8 @@ def find_window(sch: s_tir.Schedule, main, infos, lanes: int, registers: int) ->
     if not stride or not dilation or not taps:
         return None
     window = Window(pad.block_rv, stride, taps, dilation,
-                    lanes * max(int(pad_buffer.dtype.bits), 8) // 8)
+                    lanes * max(int(pad_buffer.dtype.bits), 8) // 8,
+                    MIN_REUSE_INTEGER if narrow.startswith(("uint", "int")) else MIN_REUSE)
     width = _static(dom[-4])
     if width is None or not window_rows(window, width, registers):
         return None
@@ -116,14 +125,18 @@ def inline_into_window(sch: s_tir.Schedule, main, infos, window: Window) -> Wind
     return dataclasses.replace(window, block=sch.get_sblock(name))
 
 
-def _widened(sch: s_tir.Schedule, producers, pad_buffer) -> bool:
-    """Whether the copy's producers read a narrower type (float16, bfloat16, uint8) than the
-    float copy holds."""
+def _widened_from(sch: s_tir.Schedule, producers, pad_buffer) -> str | None:
+    """The narrower type (float16, bfloat16, uint8...) the copy's producers read and the float
+    copy widens, or None."""
     bits = int(pad_buffer.dtype.bits)
-    return str(pad_buffer.dtype).startswith("float") and any(
-        str(r.source.dtype).startswith(("float", "bfloat", "uint", "int"))
-        and int(r.source.dtype.bits) < bits
-        for p in producers for r in sch.get(p.block_rv).reads)
+    if not str(pad_buffer.dtype).startswith("float"):
+        return None
+    for region in (r for p in producers for r in sch.get(p.block_rv).reads):
+        dtype = str(region.source.dtype)
+        if dtype.startswith(("float", "bfloat", "uint", "int")) and \
+                int(region.source.dtype.bits) < bits:
+            return dtype
+    return None
 
 
 def _is_zero_padding(block) -> bool:
