@@ -16,6 +16,8 @@ clip(round(x / s) + zp), so:
    1 / s and an add of zp (lower/reciprocal_quantize.py lowers a quantize that way). The
    constants are rounded once instead of twice, so a code can be one step apart where
    a * k / s lies within a rounding of a half-way point, as with reciprocal_quantize's.
+   Where a is a float32 conv with constant weights (the depthwise convs), k' goes into the
+   weights and the epilogue keeps only the add.
 
 How: on the dataflow bindings of ``main``, ``quantize(v)`` with one constant scale and zero
 point: clamps in front of it dropped while the rule above holds, then v = ``a * k + o``,
@@ -125,17 +127,35 @@ def affine_input(value, values: dict, single_use) -> tuple | None:
     return (added[0], k, o) if added is not None else None
 
 
-def requantized(a, k, o, quantize: _Quantize) -> relax.Expr:
+def requantized(a, k, o, quantize: _Quantize, producer=None) -> relax.Expr:
     """quantize(a * k + o) with the constants folded: quantize(a * k' + o', 1, 0) with
     k' = k / s and o' = o / s + zero point, which reciprocal_quantize lowers to
-    clip(round(a * k' + o')) (one multiply-add: LLVM contracts the two)."""
+    clip(round(a * k' + o')) (one multiply-add: LLVM contracts the two). ``producer``: what
+    ``a`` is bound to, when used only here; a float32 conv's takes k' into its weights."""
     op = relax.op
     scale = np.asarray(np.asarray(k) / quantize.scale, np.float32)
     offset = np.asarray(np.asarray(o) / quantize.scale + quantize.zero, np.float32)
-    y = a if np.all(scale == 1) else op.multiply(a, relax.const(scale))
+    y = a if np.all(scale == 1) else weights_scaled(producer, scale)
+    if y is None:
+        y = op.multiply(a, relax.const(scale))
     y = y if np.all(offset == 0) else op.add(y, relax.const(offset))
     return op.quantize(y, relax.const(np.float32(1.0)), relax.const(np.int32(0)), -1,
                        str(quantize.call.attrs.out_dtype))
+
+
+def weights_scaled(conv, scale: np.ndarray) -> relax.Call | None:
+    """``conv(x, W) * scale`` as ``conv(x, W * scale)`` (one number or one per output
+    channel) when ``conv`` is a float32 NHWC/HWIO conv2d with a constant weight, else None:
+    a depthwise conv's dequantization multiply leaves its epilogue."""
+    if op_name(conv) != "relax.nn.conv2d" or conv.attrs.kernel_layout != "HWIO" \
+            or conv.attrs.out_layout != "NHWC" or str(conv.ty.dtype) != "float32":
+        return None
+    weight = constant_values(conv.args[1])
+    if weight is None or conv.args[1].ty.dtype != "float32" or weight.ndim != 4 or \
+            scale.size not in (1, weight.shape[-1]):
+        return None
+    scaled = (weight * scale.reshape(-1).astype(np.float64)).astype(np.float32)
+    return relax.Call(conv.op, [conv.args[0], relax.const(scaled)], conv.attrs)
 
 
 @relax.expr_functor.mutator
@@ -164,7 +184,8 @@ class _Folder(relax.PyExprMutator):
         affine = affine_input(value, self.values, self.single_use) if value is not None \
             else None
         if affine is not None:
-            return self.builder_.normalize(requantized(*affine, quantize))
+            producer = self._single_use_value(affine[0])
+            return self.builder_.normalize(requantized(*affine, quantize, producer))
         if var.same_as(call.args[0]):
             return call
         return self.builder_.normalize(relax.Call(call.op, [var, *call.args[1:]], call.attrs))

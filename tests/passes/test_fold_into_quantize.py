@@ -142,3 +142,24 @@ def test_relu6_before_its_own_range_folds_although_6_over_the_float32_scale_is_u
     after = FoldIntoQuantize()(before)
     assert main_ops(after) == ["relax.multiply", "relax.quantize"]
     _assert_within_a_step(before, after)
+
+
+def test_a_float_convs_scale_goes_into_its_weights():
+    """A depthwise conv + bias -> quantize: 1/s goes into the conv's constant weights, the
+    epilogue keeps the add (bias / s + zero point) alone."""
+    weight = RNG.standard_normal((3, 3, 1, SHAPE[-1])).astype(np.float32)
+    bias = RNG.standard_normal(SHAPE[-1])
+
+    def build(bb, x):
+        conv = bb.emit(relax.op.nn.conv2d(x, _const(weight), padding=[1, 1],
+                                          groups=SHAPE[-1], data_layout="NHWC",
+                                          kernel_layout="HWIO"))
+        return _quantize(bb.emit(relax.op.add(conv, _const(bias))), 0.05, 3)
+
+    before = one_input_module(SHAPE, build)
+    after = FoldIntoQuantize()(before)
+    assert main_ops(after) == ["relax.nn.conv2d", "relax.add", "relax.quantize"]
+    conv = _bindings(after)[0]
+    np.testing.assert_allclose(conv.args[1].value.numpy(), weight / np.float32(0.05),
+                               rtol=1e-6)
+    _assert_within_a_step(before, after)
