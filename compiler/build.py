@@ -25,7 +25,6 @@ from . import cuda_codegen
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
-from .lower.stack_buffers import tir_pipeline
 from .memory_report import memory_report
 from .lower import tuned_functions, tuning_share, unscheduled_functions
 from .pipeline import in_phase, run_phases
@@ -86,8 +85,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     say("phase codegen (LLVM)")
     codegen_start = time.perf_counter()
     executable = in_phase("codegen", lambda: relax.build(
-        mod, target, relax_pipeline=finalize_pipeline(spec, target),
-        tir_pipeline=tir_pipeline(target)))
+        mod, target, relax_pipeline=finalize_pipeline(spec, target)))
     if explanation is not None:
         explanation.later_phases["codegen"] = time.perf_counter() - codegen_start
     metadata = {

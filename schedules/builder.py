@@ -26,11 +26,8 @@ def build_and_export(mod, target, shared: bool = False, linker: str | None = Non
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support.tar import tar
 
-    from aotc.compiler.lower.stack_buffers import tir_pipeline
-
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    built = tvm.compile(mod, target=target,
-                        tir_pipeline=tir_pipeline(tvm.target.Target(target)))
+    built = tvm.compile(mod, target=target)
     folder = tempfile.mkdtemp(prefix="aotc-candidate-")
     if not shared:
         path = os.path.join(folder, "mod." + tar.output_format)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import tvm
 
-from aotc.compiler.lower.stack_buffers import tir_pipeline
 from aotc.measure_settings import TUNE, MeasureSettings
 
 
@@ -64,7 +63,7 @@ def same_results(tuned: tvm.tirx.PrimFunc, default: tvm.tirx.PrimFunc,
 
 def _build(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    lib = tvm.compile(mod, target=target, tir_pipeline=tir_pipeline(target))
+    lib = tvm.compile(mod, target=target)
     return lib.jit() if hasattr(lib, "jit") else lib  # an Executable wraps the runtime module
 
 

@@ -13,7 +13,6 @@ import tempfile
 import numpy as np
 import tvm
 
-from aotc.compiler.lower.stack_buffers import tir_pipeline
 from aotc.measure_settings import TUNE, MeasureSettings
 
 from .farm import Farm, FarmError, servers_of
@@ -25,8 +24,7 @@ def _export(func: tvm.tirx.PrimFunc, target: tvm.target.Target, folder: str,
             linker: str | None) -> str:
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     path = os.path.join(folder, "kernel.so")
-    export_shared(tvm.compile(mod, target=target, tir_pipeline=tir_pipeline(target)), path,
-                  linker)
+    export_shared(tvm.compile(mod, target=target), path, linker)
     return path
 
 

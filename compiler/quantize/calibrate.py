@@ -18,7 +18,6 @@ from tvm import relax
 
 from aotc.options import CompileOptions
 
-from ..lower.stack_buffers import tir_pipeline
 from ..relax_walk import mutate_functions
 from . import observers
 from ..contraction_sites import Site
@@ -92,8 +91,7 @@ def build_observed(mod: tvm.IRModule, sites: list[Site], input_names: list[str],
     float_options = CompileOptions(opt_level=options.opt_level,
                                    disabled_passes=options.disabled_passes)
     observed = run_phases(observed, spec, target, float_options, start_at="quantize")
-    executable = relax.build(observed, target, relax_pipeline=finalize(spec, target),
-                             tir_pipeline=tir_pipeline(target))
+    executable = relax.build(observed, target, relax_pipeline=finalize(spec, target))
     vm = relax.VirtualMachine(executable, tvm.cpu())
     return CalibrationRun(vm, input_names, owners, activations)
 
