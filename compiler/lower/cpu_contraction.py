@@ -316,8 +316,10 @@ class Contraction(ScheduleRule):
         # Accumulate in a small tile buffer (registers after unroll/vectorize), then apply
         # the epilogue on the way out. Scope "global", not "local": TVM's LowerTVMBuiltin puts
         # only small (< 1 KB) *global* CPU allocations on the stack; a "local" one became a
-        # TVMBackendAllocWorkspace/FreeWorkspace pair in every parallel tile. (aotc's TIR
-        # pipeline keeps larger ones on the stack too: stack_buffers.py.)
+        # TVMBackendAllocWorkspace/FreeWorkspace pair in every parallel tile. (Larger ones
+        # are such a pair too. Annotated to stay on the stack, they became 16-byte-aligned
+        # allocas, TVM's LLVM codegen caps an alloca's alignment there, and a tuned BERT
+        # matmul that accumulates in its tile buffer ran 16x slower: split 64-byte accesses.)
         write_back = sch.cache_write(block, 0, "global")
         # After pad_einsum the first epilogue copies the padded result into the real output.
         # Inlining that copy into the write-back dropped its bounds (TVM wrote the padded tile

@@ -7,10 +7,8 @@ depthwise_byte_input.py). With the padding inlined into the conv
 (cpu_contraction.inline_padding), every tap of every output pixel loads its own input vector behind its own bounds check and widens it (``vcvtph2ps``,
 which competes with the multiply-adds for the same ports). A 3x3 tap row over a tile of R
 pixels at stride 1 touches R + 2 input pixels but made 3R such loads; the window makes R + 2,
-and the taps read it unguarded. It stays under 1 KB and within the register file, so LLVM
-keeps it in registers (measured when TVM still made a larger one a TVMBackendAllocWorkspace
-call in every parallel tile; aotc's TIR pipeline now keeps up to 16 KB on the stack,
-stack_buffers.py, but a window past the registers would be reloaded from memory anyway).
+and the taps read it unguarded. It stays under TVM's stack-allocation limit, so LLVM keeps it
+in registers (a larger one becomes a TVMBackendAllocWorkspace call in every parallel tile).
 
 Measured (MobileNetV2 int8's depthwise kernels, each timed alone against the inlined
 padding, 15 interleaved rounds, 2 threads): stride 1 0.78-0.83x of the time at 56x56x144,
@@ -36,8 +34,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.schedule import ScheduleError
 from tvm.sym import detect_linear_equation
 
-# TVM's LowerTVMBuiltin puts a CPU allocation on the stack only below this many bytes (the
-# window was measured under it; see the module docstring).
+# TVM's LowerTVMBuiltin puts a CPU allocation on the stack only below this many bytes.
 STACK_ALLOCATION_LIMIT = 1024
 # Fewer output pixels per tile than this reuse too little of the window to pay for it.
 _MIN_WINDOW_ROWS = 3
