@@ -38,6 +38,17 @@ INTRINSICS = {("int8", "avx512-vnni"): (VNNI_16x4, None),
 _INSTRUCTIONS = {"int8": int8_dot, "bf16": bf16_dot, "fp16": fp16_dot,
                  "fp32": lambda _target: "fma"}
 _MAX_ROWS, _MAX_CHANNEL_BLOCKS = 16, 4
+# An int8 tile of a short reduction (K products per output) holds at most this many
+# accumulators: 15 x 64 bytes stays under the 1 KB below which TVM's LowerTVMBuiltin puts the
+# tile buffer on the stack; a larger one is a TVMBackendAllocWorkspace/Free pair in every
+# parallel tile, ~16 ns, as much as the tile's work when K is small (MobileNetV2's 16->96
+# expand: 28 accumulators x 4 vpdpbusd). MobileNetV2 int8 with every int8 tile capped:
+# 0.962x of the time (6-round A/B); ResNet-18 int8 (3x3 convs, K = 576..4608) 1.016x, so
+# long reductions keep the larger tile. (Stack buffers over 1 KB, tried: TVM's LLVM codegen
+# aligns an alloca to 16 bytes, and a tuned BERT matmul that accumulates in its tile buffer
+# ran 16x slower.)
+STACK_TILE_ACCUMULATORS = 15
+SHORT_REDUCTION = 256
 
 
 def _packed_block(infos) -> tuple[object, DotFormat] | None:
@@ -173,6 +184,9 @@ class PackedDot(ScheduleRule):
             infos = normalize_prim_func(sch)
             main, fmt = _packed_block(infos)
             accumulators = GUARDED_TILE_ACCUMULATORS
+        if accumulators is None and fmt.name == "int8" and \
+                _reduction_length(sch, main) <= SHORT_REDUCTION:
+            accumulators = STACK_TILE_ACCUMULATORS
         index = infos.index(main)
         lanes = vector_lanes(target, 32)
         operand_bits = {"uint8": 8, "uint16": 16, "float16": 16}.get(fmt.operand, 32)
@@ -266,3 +280,16 @@ def _vectorize_write_back(sch: s_tir.Schedule, write_back, lanes: int) -> None:
         outer, loop = sch.split(loop, factors=[None, lanes])
         sch.unroll(outer)
     sch.vectorize(loop)
+
+
+def _reduction_length(sch: s_tir.Schedule, main) -> int:
+    """Products summed per output of the contraction (the product of its reduction extents;
+    a symbolic one counts as long)."""
+    length = 1
+    for loop, kind in zip(sch.get_loops(main.block_rv), main.dom_kind()):
+        if kind == "R":
+            extent = _extent(sch, loop)
+            if extent is None:
+                return 1 << 30
+            length *= extent
+    return length

@@ -153,3 +153,25 @@ def test_residual_input_computed_in_the_epilogue():
     got = tvm.runtime.tensor(np.zeros(want.shape, np.float32))
     lib["main"](tvm.runtime.tensor(r), tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("ic, stays_on_the_stack", [(16, True), (512, False)])
+def test_a_short_reductions_tile_buffer_stays_on_the_stack(ic, stays_on_the_stack):
+    """A 1x1 int8 conv of 16 input channels (16 products per output) gets a tile of at most
+    STACK_TILE_ACCUMULATORS, whose buffer LowerTVMBuiltin keeps on the stack: no
+    TVMBackendAllocWorkspace call in its parallel tiles. A long reduction (512) keeps the
+    larger tile and its workspace buffer. Both compute the integer reference."""
+    from aotc.compiler.lower import cpu_dot
+    x = RNG.integers(0, 256, (1, 28, 28, ic)).astype(np.uint8)
+    w = RNG.integers(-127, 128, (1, 1, ic, 96)).astype(np.int8)
+    xt = te.placeholder(x.shape, "uint8", "x")
+    packed = k.pack_conv_weight(w)
+    wt = te.placeholder(packed.shape, "int8", "w")
+    out = k.conv2d_nhwc(xt, wt, 96, (1, 1), (0, 0, 0, 0), (1, 1), 3)
+    lib = _build(out, [xt, wt])
+    asm = lib.mod.inspect_source("asm")
+    assert ("TVMBackendAllocWorkspace@GOTPCREL" not in asm) == stays_on_the_stack
+    assert cpu_dot.STACK_TILE_ACCUMULATORS * 16 * 4 < 1024
+    got = tvm.runtime.tensor(np.zeros((1, 28, 28, 96), np.int32))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_array_equal(got.numpy(), _conv_reference(x, w, 3, 1, 0, 1))
