@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -97,3 +98,21 @@ def single_use_values(mod: tvm.IRModule) -> set:
                 if isinstance(var, relax.DataflowVar) and len(users) == 1 and var in values:
                     single.add(values[var])
     return single
+
+
+def constant_values(expr) -> np.ndarray | None:
+    """A constant's values as float64 (a tensor constant, or a prim value such as clip's
+    bounds), or None for anything else."""
+    if not isinstance(expr, tvm.ir.expr.Constant):
+        return None
+    value = getattr(expr, "value", None)
+    if isinstance(value, (int, float)):
+        return np.asarray(float(value))
+    return value.numpy().astype(np.float64) if hasattr(value, "numpy") else None
+
+
+def one_value(expr) -> float | None:
+    """The number of a constant whose elements are one number (a scalar, [1], [1, 1, ...], a
+    prim value), or None."""
+    values = constant_values(expr)
+    return float(values.reshape(-1)[0]) if values is not None and values.size == 1 else None

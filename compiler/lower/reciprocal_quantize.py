@@ -32,22 +32,17 @@ import numpy as np
 import tvm
 from tvm import relax, te, tirx
 
+from ..relax_walk import constant_values, one_value
+
 _DEFAULT = tvm.ir.Op.get("relax.quantize").get_attr("FLegalize")
-
-
-def _one_value(expr: relax.Expr) -> float | None:
-    """The value of a constant whose elements are one number (a scalar, [1], [1, 1, ...])."""
-    if not isinstance(expr, tvm.ir.GenericConst):
-        return None
-    values = expr.value.numpy()
-    return float(values.reshape(-1)[0]) if values.size == 1 else None
 
 
 def _channel_values(expr: relax.Expr, channels: int) -> np.ndarray | None:
     """A constant's values as one per channel: one number repeated, or a [C] vector."""
-    if not isinstance(expr, tvm.ir.GenericConst):
+    values = constant_values(expr)
+    if values is None:
         return None
-    values = expr.value.numpy().astype(np.float64).reshape(-1)
+    values = values.reshape(-1)
     if values.size == 1:
         return np.full(channels, values[0])
     return values if values.size == channels else None
@@ -110,7 +105,7 @@ def legalize_quantize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     shape = [getattr(d, "value", None) for d in data.shape.values] \
         if hasattr(data.shape, "values") else None
     channels = shape[axis] if shape else None
-    scale, zero_point = _one_value(call.args[1]), _one_value(call.args[2])
+    scale, zero_point = one_value(call.args[1]), one_value(call.args[2])
     if scale is not None and zero_point is not None:
         reciprocal = _reciprocals(np.asarray([scale]))
         if reciprocal is None:

@@ -38,21 +38,11 @@ import tvm
 from tvm import relax
 
 from ..passes.lowering.half_in_float32 import with_float32_out
-from ..relax_walk import RewriteWhenEnabled, op_name
+from ..relax_walk import RewriteWhenEnabled, one_value, op_name
 from .depthwise_half_input import DepthwiseInputs
 
 U8_LEVELS = 255
 _MOVES_VALUES = ("relax.permute_dims", "relax.reshape")  # same values, other places
-
-
-def _scalar(expr) -> float | None:
-    """The value of a one-element tensor constant or of a prim value (clip's bounds)."""
-    value = getattr(expr, "value", None) if isinstance(expr, tvm.ir.expr.Constant) else None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if hasattr(value, "numpy") and value.numpy().size == 1:
-        return float(value.numpy().reshape(()))
-    return None
 
 
 def clip_upper_bound(expr, values: dict) -> float | None:
@@ -63,16 +53,16 @@ def clip_upper_bound(expr, values: dict) -> float | None:
         expr = values.get(expr.args[0])
     name = op_name(expr)
     if name == "relax.clip":
-        low, high = _scalar(expr.args[1]), _scalar(expr.args[2])
+        low, high = one_value(expr.args[1]), one_value(expr.args[2])
         return high if low == 0.0 and high is not None and 0 < high < np.inf else None
     if name not in ("relax.minimum", "relax.maximum"):
         return None
     inner = values.get(expr.args[0])
-    bound = _scalar(expr.args[1])
+    bound = one_value(expr.args[1])
     if bound is None or op_name(inner) not in ("relax.minimum", "relax.maximum") \
             or op_name(inner) == name:
         return None
-    other = _scalar(inner.args[1])
+    other = one_value(inner.args[1])
     low, high = (other, bound) if name == "relax.minimum" else (bound, other)
     return high if low == 0.0 and high is not None and 0 < high < np.inf else None
 

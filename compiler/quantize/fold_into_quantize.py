@@ -34,25 +34,10 @@ import tvm
 from tvm import relax
 
 from ..frontends.relax_shapes import static_shape
-from ..relax_walk import has_main, mutate_functions, op_name, single_use_values
+from ..relax_walk import (constant_values, has_main, mutate_functions, one_value, op_name,
+                          single_use_values)
 
 _CODES = {"uint8": (0, 255), "int8": (-128, 127)}
-
-
-def constant_values(expr) -> np.ndarray | None:
-    """A constant's values as float64 (a tensor constant or a prim value such as clip's
-    bounds), or None."""
-    if not isinstance(expr, tvm.ir.expr.Constant):
-        return None
-    value = getattr(expr, "value", None)
-    if isinstance(value, (int, float)):
-        return np.asarray(float(value))
-    return value.numpy().astype(np.float64) if hasattr(value, "numpy") else None
-
-
-def _one(expr) -> float | None:
-    values = constant_values(expr)
-    return float(values.reshape(-1)[0]) if values is not None and values.size == 1 else None
 
 
 class _Quantize:
@@ -60,7 +45,7 @@ class _Quantize:
 
     def __init__(self, call: relax.Call):
         self.call = call
-        self.scale, self.zero = _one(call.args[1]), _one(call.args[2])
+        self.scale, self.zero = one_value(call.args[1]), one_value(call.args[2])
         self.codes = _CODES.get(str(call.attrs.out_dtype))
         self.ok = (self.scale is not None and self.zero is not None and self.codes is not None
                    and np.isfinite(self.scale) and self.scale > 0)
@@ -84,13 +69,13 @@ def clamp_input(value, quantize: _Quantize):
     if name == "relax.nn.relu":
         return value.args[0] if quantize.is_lowest(0.0) else None
     if name == "relax.clip":
-        low, high = _one(value.args[1]), _one(value.args[2])
+        low, high = one_value(value.args[1]), one_value(value.args[2])
         if low is not None and high is not None and quantize.is_lowest(low) \
                 and quantize.is_highest(high):
             return value.args[0]
         return None
     if name in ("relax.maximum", "relax.minimum"):
-        bound = _one(value.args[1])
+        bound = one_value(value.args[1])
         if bound is None:
             return None
         redundant = quantize.is_lowest(bound) if name == "relax.maximum" \
