@@ -22,11 +22,11 @@ def mutate_functions(mod: tvm.IRModule, mutator: relax.PyExprMutator) -> tvm.IRM
 
 
 class RewriteWhenEnabled:
-    """The body of a module pass that runs the mutator class ``rewriter`` (built from the
-    module) over a module with a ``main``, and only when ``enabled`` (say, int8 sites were
-    annotated). Subclass, set ``rewriter`` and decorate with tvm.transform.module_pass."""
+    """The body of a module pass that runs the mutator ``rewriter(mod)`` makes over a module
+    with a ``main``, and only when ``enabled`` (say, int8 sites were annotated). Subclass, set
+    ``rewriter`` (a staticmethod) and decorate with tvm.transform.module_pass."""
 
-    rewriter: type = None
+    rewriter: Callable[[tvm.IRModule], relax.PyExprMutator] = None
 
     def __init__(self, enabled: bool):
         self.enabled = enabled

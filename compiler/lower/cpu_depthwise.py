@@ -4,10 +4,11 @@ multiply-adds of every tap of that row read.
 
 Why: an int8 model's depthwise convs read float16 or uint8 (quantize/depthwise_half_input.py,
 depthwise_byte_input.py). With the padding inlined into the conv
-(cpu_contraction.inline_padding), every tap of every output pixel loads its own input vector behind its own bounds check and widens it (``vcvtph2ps``,
-which competes with the multiply-adds for the same ports). A 3x3 tap row over a tile of R
-pixels at stride 1 touches R + 2 input pixels but made 3R such loads; the window makes R + 2,
-and the taps read it unguarded. It stays under TVM's stack-allocation limit, so LLVM keeps it
+(cpu_contraction.inline_padding), every tap of every output pixel loads its own input vector
+behind its own bounds check and widens it (``vcvtph2ps``, which competes with the
+multiply-adds for the same ports). A 3x3 tap row over a tile of R pixels at stride 1 touches
+R + 2 input pixels but made 3R such loads; the window makes R + 2, and the taps read it
+unguarded. It stays under TVM's stack-allocation limit, so LLVM keeps it
 in registers (a larger one becomes a TVMBackendAllocWorkspace call in every parallel tile).
 
 Measured (MobileNetV2 int8's depthwise kernels, each timed alone against the inlined

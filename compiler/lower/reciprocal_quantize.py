@@ -87,7 +87,7 @@ def _converts_rounding() -> bool:
     return target is not None and target.kind.name == "llvm"
 
 
-def _reciprocals(scale: np.ndarray) -> np.ndarray | None:
+def reciprocals(scale: np.ndarray) -> np.ndarray | None:
     """fl(1 / fl(scale)) per element, or None when a scale is zero or not finite."""
     scale = scale.astype(np.float32).astype(np.float64)
     if not np.all(np.isfinite(scale)) or np.any(scale == 0):
@@ -107,7 +107,7 @@ def legalize_quantize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     channels = shape[axis] if shape else None
     scale, zero_point = one_value(call.args[1]), one_value(call.args[2])
     if scale is not None and zero_point is not None:
-        reciprocal = _reciprocals(np.asarray([scale]))
+        reciprocal = reciprocals(np.asarray([scale]))
         if reciprocal is None:
             return _DEFAULT(bb, call)
         return bb.call_te(_quantize_by_reciprocal, call.args[0], float(reciprocal[0]),
@@ -116,7 +116,7 @@ def legalize_quantize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         return _DEFAULT(bb, call)
     scales, zeros = (_channel_values(call.args[1], channels),
                      _channel_values(call.args[2], channels))
-    reciprocal = _reciprocals(scales) if scales is not None and zeros is not None else None
+    reciprocal = reciprocals(scales) if scales is not None and zeros is not None else None
     if reciprocal is None:
         return _DEFAULT(bb, call)
     zero = float(zeros[0]) if np.all(zeros == zeros[0]) else relax.const(

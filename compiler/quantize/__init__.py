@@ -2,10 +2,11 @@
 (quantize/dequantize marks), realize (int8 kernels with int32 accumulation, prepacked weights).
 The quantize phase of the pipeline runs AnnotateInt8 then RealizeInt8 when the compile options
 carry calibrated ranges (with ResidualFromQuantized between them: residual adds read the
-uint8 copy an int8 conv already made), then DepthwiseHalfInput (the float32 depthwise convs between int8
-ones read float16) and FoldIntoQuantize (each quantize absorbs the clamps and the per-channel
-scale in front of it); then ConvertBF16 with ``--precision bf16`` (bf16.py) and ConvertFP16
-with ``--precision fp16`` (fp16.py)."""
+uint8 copy an int8 conv already made), then DepthwiseByteInput (float32 depthwise convs
+whose input is clipped to [0, hi] read it as uint8), DepthwiseHalfInput (the other float32
+depthwise convs between int8 ones read float16) and FoldIntoQuantize (each quantize absorbs
+the clamps and the affine scale and offset in front of it); then ConvertBF16 with
+``--precision bf16`` (bf16.py) and ConvertFP16 with ``--precision fp16`` (fp16.py)."""
 
 from __future__ import annotations
 
@@ -40,4 +41,6 @@ def steps(options: CompileOptions) -> list[Step]:
             Step(ConvertFP16(options.precision == "fp16"), 0)]
 
 
-__all__ = ["AnnotateInt8", "ConvertBF16", "DepthwiseHalfInput", "FoldIntoQuantize", "ResidualFromQuantized", "ConvertFP16", "RealizeInt8", "Site", "main_sites", "steps"]
+__all__ = ["AnnotateInt8", "ConvertBF16", "ConvertFP16", "DepthwiseByteInput",
+           "DepthwiseHalfInput", "FoldIntoQuantize", "RealizeInt8", "ResidualFromQuantized",
+           "Site", "main_sites", "steps"]

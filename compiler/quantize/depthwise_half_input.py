@@ -7,8 +7,9 @@ float32 tensor (112x112x96: 4.8 MB, more than L2) that the depthwise conv reads 
 output (once per tap). Written as float16, the tensor is half the bytes, and the depthwise
 kernel widens each input vector with one instruction (vcvtph2ps on x86) before its float32
 multiply-adds; sums stay float32. (Stride-1 kernels widen each input once per tap row into a
-window the taps share: compiler/lower/cpu_depthwise.py, with widening_conv.py.) The rounding (2^-11 relative) is far below the int8 error
-around it, which is why this runs only when int8 sites were annotated (``enabled``).
+window the taps share: compiler/lower/cpu_depthwise.py, with widening_conv.py.) The rounding
+(2^-11 relative) is far below the int8 error around it, which is why this runs only when int8
+sites were annotated (``enabled``).
 
 How: ``conv2d(x, W)`` with groups = channels, NHWC, float32 ``x`` used by this conv alone
 becomes ``conv2d(astype(x, float16), W, out_dtype=float32)``. FuseOps puts the cast into the

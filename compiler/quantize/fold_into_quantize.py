@@ -34,6 +34,7 @@ import tvm
 from tvm import relax
 
 from ..frontends.relax_shapes import static_shape
+from ..lower.reciprocal_quantize import reciprocals
 from ..relax_walk import (constant_values, has_main, mutate_functions, one_value, op_name,
                           single_use_values)
 
@@ -53,7 +54,7 @@ class _Quantize:
     def code(self, value: float) -> float:
         """The code the quantize gives ``value``, before its clip, computed as its kernel
         does (lower/reciprocal_quantize.py: float32 times the reciprocal, half to even)."""
-        reciprocal = np.float32(1.0 / np.float64(np.float32(self.scale)))
+        (reciprocal,) = reciprocals(np.asarray([self.scale]))
         return float(np.rint(np.float32(value) * reciprocal)) + self.zero
 
     def is_lowest(self, bound: float) -> bool:
