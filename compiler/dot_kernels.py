@@ -139,20 +139,25 @@ def _crop(acc: te.Tensor, channels: int) -> te.Tensor:
 
 
 def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding, dilation,
-                pad_value: int) -> te.Tensor:
-    """Accumulator-typed conv2d of NHWC ``x`` (the format's operand type) and packed ``w``
-    (its dtype names the format); ``padding`` is (top, left, bottom, right)."""
+                pad_value: int, input_layout: str = "NHWC") -> te.Tensor:
+    """Accumulator-typed conv2d of ``x`` (the format's operand type) and packed ``w`` (its
+    dtype names the format) into NHWC; ``padding`` is (top, left, bottom, right).
+    ``input_layout`` "NCHW": ``x`` is read in place of its NHWC transpose, through the pad
+    block (passes/layout/prepack_weights.py: FoldInputTranspose's reason)."""
     fmt = _format_of(w)
-    n, h, width, c = (int(d) for d in x.shape)
+    nchw = input_layout == "NCHW"
+    n, h, width, c = (int(x.shape[i]) for i in ((0, 2, 3, 1) if nchw else (0, 1, 2, 3)))
     ocb, kh, kw, icb = (int(d) for d in w.shape[:4])
     icp = icb * fmt.group
     top, left, bottom, right = padding
     (sh, sw), (dh, dw) = strides, dilation
-    if any(padding) or icp != c:
+    # a padded channel of an NCHW input would read a plane past the tensor
+    assert not nchw or icp == c, "an NCHW input needs a format of one product per lane"
+    if any(padding) or icp != c or nchw:
         def padded(b, i, j, k):
             inside = tirx.all(i >= top, i < h + top, j >= left, j < width + left, k < c)
-            return tirx.if_then_else(inside, x[b, i - top, j - left, k],
-                                     tirx.const(pad_value, fmt.operand))
+            value = x[b, k, i - top, j - left] if nchw else x[b, i - top, j - left, k]
+            return tirx.if_then_else(inside, value, tirx.const(pad_value, fmt.operand))
         x = te.compute((n, h + top + bottom, width + left + right, icp), padded, name=PAD_BLOCK)
     oh = (int(x.shape[1]) - (kh - 1) * dh - 1) // sh + 1
     ow = (int(x.shape[2]) - (kw - 1) * dw - 1) // sw + 1

@@ -65,7 +65,7 @@ def _is_multiply_accumulate(block: tirx.Stmt) -> bool:
 
 # Reduction sizes up to this (depthwise 3x3 = 9 ... 7x7 = 49) read each input about once per
 # output: a padded copy of the input costs as much memory traffic as the convolution itself.
-_INLINE_PRODUCERS_MAX_REDUCTION = 64
+INLINE_PRODUCERS_MAX_REDUCTION = 64
 
 
 # A register tile whose taps are guarded (its zero padding inlined: inline_padding) is a
@@ -95,7 +95,7 @@ def inline_padding(sch: s_tir.Schedule, main, infos) -> bool:
     for kind, extent in zip(main.dom_kind(), main.dom()):
         if kind == "R":
             reduction *= int(extent)
-    if reduction > _INLINE_PRODUCERS_MAX_REDUCTION:
+    if reduction > INLINE_PRODUCERS_MAX_REDUCTION:
         return False
     inlined = False
     for producer in infos[:infos.index(main)]:

@@ -7,9 +7,15 @@ kernels (call_tir conv2d_packed / matmul_packed) with weights [2, 3, 3, 3, 16, 1
 [1, 40, 16, 1]; the depthwise conv (no packed kernel), the 24-channel conv (not whole blocks
 of 16) and the 13-row matmul (no row tile between 4 and 8) are still Relax ops; bias and ReLU
 stay after the kernels. With 8 lanes (AVX2) the 24-channel conv is packed too; with none (a GPU
-target) nothing changes. Numbers: equal to the original (same products, same order)."""
+target) nothing changes. Numbers: equal to the original (same products, same order).
+
+An NCHW image (3 channels) transposed to NHWC for its conv: after the pass the packed conv
+reads the NCHW tensor itself and the transpose is gone; a 16-channel NCHW input and a 7x7 stem
+(a long reduction: the schedule copies its input anyway) keep their transpose. Numbers equal, with and without spatial padding, unscheduled and through
+aotc.compile's schedules against onnxruntime."""
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 
@@ -73,3 +79,68 @@ def test_numbers_unchanged():
     before = _module()
     x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
     assert_lanes_keep_numbers(PrepackWeights, before, x, (16, 8, 4), 1e-5)
+
+
+def _nchw_module(channels: int, padding: int, kernel: int = 3):
+    """NCHW input -> permute_dims to NHWC -> conv2d kernel x kernel /2 (32 outputs), as
+    ConvertLayoutNHWC leaves a model's stem."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, channels, 10, 12), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
+            y = bb.emit(relax.op.nn.conv2d(y, _const(kernel, kernel, channels, 32),
+                                           strides=[2, 2],
+                                           padding=[padding] * 2, data_layout="NHWC",
+                                           kernel_layout="HWIO"))
+            out = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _packed_conv_input(mod) -> relax.Expr:
+    calls = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
+        e, relax.Call) and e.op.name == "relax.call_tir" else None)
+    (call,) = calls
+    return call.args[1].fields[0]
+
+
+def test_an_image_stem_reads_the_nchw_input_in_place():
+    before = _nchw_module(3, 1)
+    assert "relax.permute_dims" in main_ops(before)
+    after = PrepackWeights(16)(before)
+    assert "relax.permute_dims" not in main_ops(after)
+    assert _packed_conv_input(after).same_as(after["main"].params[0])
+
+
+@pytest.mark.parametrize("channels,kernel", [(16, 3), (3, 7)])
+def test_a_wide_or_long_nchw_conv_keeps_its_transpose(channels, kernel):
+    """16 channels: too many planes; 7x7x3 = 147 products: the schedule copies the input
+    into a padded buffer anyway (reads_nchw_in_place)."""
+    after = PrepackWeights(16)(_nchw_module(channels, 1, kernel))
+    assert "relax.permute_dims" in main_ops(after)
+    assert not _packed_conv_input(after).same_as(after["main"].params[0])
+
+
+def test_nchw_stem_numbers_unchanged():
+    for channels, padding in ((3, 1), (3, 0), (1, 1), (16, 1)):
+        x = RNG.standard_normal((1, channels, 10, 12)).astype(np.float32)
+        assert_lanes_keep_numbers(PrepackWeights, _nchw_module(channels, padding), x,
+                                  (16, 8, 4), 1e-5)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_a_compiled_nchw_stem_matches_torch_without_a_transpose_kernel(channels, tmp_path):
+    """The scheduled kernel (guarded reads of the NCHW planes, odd image sizes, stride 2)
+    against torch; in the built library the packed stem itself reads the NCHW image (no
+    kernel transposes it first)."""
+    import torch
+    from helpers import check_against_torch
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(channels, 32, 3, stride=2, padding=1),
+                              torch.nn.ReLU6(), torch.nn.Conv2d(32, 16, 1))
+    model = check_against_torch(net, (torch.randn(1, channels, 37, 29),), tmp_path)
+    image = {"dtype": "float32", "shape": [1, channels, 37, 29]}
+    readers = [k["name"] for k in model.metadata["kernels"] if image in k["args"]]
+    assert len(readers) == 1 and "conv2d_packed" in readers[0], readers
