@@ -143,7 +143,7 @@ def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding,
     """Accumulator-typed conv2d of ``x`` (the format's operand type) and packed ``w`` (its
     dtype names the format) into NHWC; ``padding`` is (top, left, bottom, right).
     ``input_layout`` "NCHW": ``x`` is read in place of its NHWC transpose, through the pad
-    block (passes/layout/prepack_weights.py: FoldInputTranspose's reason)."""
+    block (passes/layout/prepack_weights.py, nchw_source: a model's image input)."""
     fmt = _format_of(w)
     nchw = input_layout == "NCHW"
     n, h, width, c = (int(x.shape[i]) for i in ((0, 2, 3, 1) if nchw else (0, 1, 2, 3)))

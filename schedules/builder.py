@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Callable
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
@@ -47,9 +48,13 @@ def export_shared(built, path: str, linker: str | None) -> None:
 @derived_object
 class PersistentBuilder(PyBuilder):
     def __init__(self, timeout_sec: float, max_workers: int | None = None,
-                 uses_per_worker: int = 200, shared: bool = False, linker: str | None = None):
+                 uses_per_worker: int = 200, shared: bool = False, linker: str | None = None,
+                 on_built: Callable[[int], None] | None = None):
+        """``on_built(count)`` after each batch: the progress line's word while MetaSchedule
+        builds every task's first batch before it reports any measurement."""
         super().__init__()
         self.timeout_sec, self.shared, self.linker = timeout_sec, shared, linker
+        self.on_built = on_built
         self.pool = PopenPoolExecutor(max_workers=max_workers or os.cpu_count(),
                                       timeout=timeout_sec,
                                       maximum_process_uses=uses_per_worker)
@@ -64,6 +69,8 @@ class PersistentBuilder(PyBuilder):
                 results.append(BuilderResult(None, f"build timed out after {self.timeout_sec} s"))
             else:
                 results.append(BuilderResult(None, f"build failed: {outcome.value}"))
+        if self.on_built is not None:
+            self.on_built(len(results))
         return results
 
     def shutdown(self) -> None:

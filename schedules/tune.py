@@ -189,7 +189,8 @@ class _Run:
                      CheckpointWriter(tasks, target, log_path, defaults, search)]
         say(f"tuning {len(tasks)} tasks ({search} search)")
         return cls(tasks, target, database, cost_model, stats, progress, callbacks,
-                   PersistentBuilder(BUILD_TIMEOUT_S, **measurement.builder_options()),
+                   PersistentBuilder(BUILD_TIMEOUT_S, on_built=progress.built,
+                                     **measurement.builder_options()),
                    measurement.runner())
 
     def search_round(self, trials: int, strategy, seed: int) -> None:

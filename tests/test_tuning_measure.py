@@ -1,7 +1,8 @@
 """Measurement parts of the tuner: the persistent builder turns a candidate that cannot build
 into a failed result and goes on building the next; the time budget's rounds fit the
 measured rate; durations parse as the CLI documents; a schedule whose results differ from the
-default one's is caught before it could be logged."""
+default one's is caught before it could be logged; builds are reported to the progress line
+(a round builds every task's batch before any measurement comes back)."""
 
 import click
 import pytest
@@ -64,3 +65,22 @@ def test_same_results_catches_a_kernel_that_computes_something_else():
     short = te.create_prim_func([a, b, te.compute(
         (64, 96), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k))])
     assert not same_results(short, matmul, TARGET)
+
+
+def test_builds_are_reported_on_the_progress_line_before_any_measurement(monkeypatch):
+    from aotc.schedules import progress as progress_module
+    said = []
+    monkeypatch.setattr(progress_module, "BUILT_EVERY_S", 0.0)
+    line = progress_module.ProgressLine(["mm"], [1.0], said.append, [1e-3])
+    builder = PersistentBuilder(timeout_sec=120, on_built=line.built)
+    try:
+        for _ in range(2):
+            builder.build([ms.builder.BuilderInput(tvm.IRModule({"main": _matmul()}), TARGET)
+                           for _ in range(2)])
+    finally:
+        builder.shutdown()
+    assert line.built_count == 4
+    assert said[-1].startswith("built 4 candidates, 0 measured"), said
+    monkeypatch.setattr(progress_module, "BUILT_EVERY_S", 3600.0)
+    line.built(1)   # rate-limited: no new line within BUILT_EVERY_S of the last
+    assert len(said) == 2 and line.built_count == 5
