@@ -38,13 +38,17 @@ INTRINSICS = {("int8", "avx512-vnni"): (VNNI_16x4, None),
 _INSTRUCTIONS = {"int8": int8_dot, "bf16": bf16_dot, "fp16": fp16_dot,
                  "fp32": lambda _target: "fma"}
 _MAX_ROWS, _MAX_CHANNEL_BLOCKS = 16, 4
-# An int8 tile of a short reduction (K products per output) holds at most this many
-# accumulators: 15 x 64 bytes stays under the 1 KB below which TVM's LowerTVMBuiltin puts the
-# tile buffer on the stack; a larger one is a TVMBackendAllocWorkspace/Free pair in every
-# parallel tile, ~16 ns, as much as the tile's work when K is small (MobileNetV2's 16->96
-# expand: 28 accumulators x 4 vpdpbusd). MobileNetV2 int8 with every int8 tile capped:
-# 0.962x of the time (6-round A/B); ResNet-18 int8 (3x3 convs, K = 576..4608) 1.016x, so
-# long reductions keep the larger tile. (Stack buffers over 1 KB, tried: TVM's LLVM codegen
+# A tile of a short reduction (K products per output) holds at most this many accumulators:
+# 15 x 64 bytes stays under the 1 KB below which TVM's LowerTVMBuiltin puts the tile buffer on
+# the stack; a larger one is a TVMBackendAllocWorkspace/Free pair in every parallel tile,
+# ~16 ns, as much as the tile's work when K is small (MobileNetV2's 16->96 int8 expand: 28
+# accumulators x 4 vpdpbusd). MobileNetV2 int8 with every int8 tile capped: 0.962x of the
+# time (6-round A/B, Sapphire Rapids); ResNet-18 int8 (3x3 convs, K = 576..4608) 1.016x, so
+# long reductions keep the larger tile. Every format, not only int8, since 2026-12-03: on the
+# AMD Zen 4 host, MobileNetV2 float32's kernel sum went 4.49 / 4.25 -> 4.02 / 3.79 ms (two
+# alternating `aotc profile` runs; the 16->96 expand 0.33 -> 0.23-0.25 ms), and the tuner had
+# picked tiles of at most 15 accumulators there (and 14 for ResNet-18's stem on Sapphire
+# Rapids, 1.31 -> 0.94 ms). (Stack buffers over 1 KB, tried: TVM's LLVM codegen
 # aligns an alloca to 16 bytes, and a tuned BERT matmul that accumulates in its tile buffer
 # ran 16x slower.)
 STACK_TILE_ACCUMULATORS = 15
@@ -184,8 +188,7 @@ class PackedDot(ScheduleRule):
             infos = normalize_prim_func(sch)
             main, fmt = _packed_block(infos)
             accumulators = GUARDED_TILE_ACCUMULATORS
-        if accumulators is None and fmt.name == "int8" and \
-                _reduction_length(sch, main) <= SHORT_REDUCTION:
+        if accumulators is None and _reduction_length(sch, main) <= SHORT_REDUCTION:
             accumulators = STACK_TILE_ACCUMULATORS
         index = infos.index(main)
         lanes = vector_lanes(target, 32)
