@@ -11,8 +11,8 @@ target) nothing changes. Numbers: equal to the original (same products, same ord
 
 An NCHW image (3 channels) transposed to NHWC for its conv: after the pass the packed conv
 reads the NCHW tensor itself and the transpose is gone; a 16-channel NCHW input and a 7x7 stem
-(a long reduction: the schedule copies its input anyway) keep their transpose. Numbers equal, with and without spatial padding, unscheduled and through
-aotc.compile's schedules against onnxruntime."""
+(a long reduction: the schedule copies its input anyway) keep their transpose. Numbers equal,
+with and without spatial padding, unscheduled and (compiled by aotc.compile) against torch."""
 
 import numpy as np
 import pytest
@@ -49,6 +49,13 @@ def _module():
     return bb.get()
 
 
+def _call_tirs(mod) -> list[relax.Call]:
+    calls = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
+        e, relax.Call) and e.op.name == "relax.call_tir" else None)
+    return calls
+
+
 def _kernels(mod):
     return {gv.name_hint: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
 
@@ -60,10 +67,8 @@ def test_structure():
     assert ops.count("relax.matmul") == 1      # the 13-row one
     kernels = _kernels(after)
     assert sorted(kernels) == ["conv2d_packed", "matmul_packed"]
-    shapes = {}
-    relax.analysis.post_order_visit(after["main"], lambda e: shapes.update(
-        {e.args[0].name_hint: [int(d) for d in e.args[1].fields[1].value.shape]})
-        if isinstance(e, relax.Call) and e.op.name == "relax.call_tir" else None)
+    shapes = {call.args[0].name_hint: [int(d) for d in call.args[1].fields[1].value.shape]
+              for call in _call_tirs(after)}
     assert shapes == {"conv2d_packed": [2, 3, 3, 3, 16, 1], "matmul_packed": [2, 96, 16, 1]}
     assert ops.count("relax.add") == 2 and ops.count("relax.nn.relu") == 1
 
@@ -99,10 +104,7 @@ def _nchw_module(channels: int, padding: int, kernel: int = 3):
 
 
 def _packed_conv_input(mod) -> relax.Expr:
-    calls = []
-    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
-        e, relax.Call) and e.op.name == "relax.call_tir" else None)
-    (call,) = calls
+    (call,) = _call_tirs(mod)
     return call.args[1].fields[0]
 
 
