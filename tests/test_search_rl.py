@@ -17,7 +17,7 @@ from aotc.schedules.ranking import RankingProbe
 from aotc.schedules.search import RLSearch, SearchStats, create
 from aotc.schedules.search.decisions import CATEGORICAL, TILE, decisions
 from aotc.schedules.search.policy import Policy, model_reward
-from aotc.schedules.search.rl import _Start
+from aotc.schedules.search.rl import _Proposal, _Start
 from aotc.schedules.space import search_space
 from test_tuning_space import TARGET, _matmul
 
@@ -92,6 +92,35 @@ def test_every_design_space_gets_starts_when_one_is_fastest():
     assert [[s.trace for s in g] for g in groups] == [["a0", "a1", "a2"], ["b0", "b1"],
                                                       ["space2"]]
     assert groups[2][0].seconds is None
+
+
+def _proposal_for_kernel(n: int, space: int = 0) -> _Proposal:
+    """A proposal whose kernel is an n x n matmul (distinct n: distinct kernels)."""
+    from types import SimpleNamespace
+    from tvm import te
+    a = te.placeholder((n, n), name="a")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * a[k, j], axis=k), name="c")
+    module = tvm.IRModule({"main": te.create_prim_func([a, c])})
+    return _Proposal(SimpleNamespace(mod=module, n=n), [], None, space)
+
+
+def test_a_kernel_scored_and_passed_over_comes_back_but_a_measured_one_never():
+    """Within a round a kernel is proposed once. A kernel scored and not chosen comes back
+    in a later round (the retrained model may rank it higher); a measured one never does.
+    ``novel``: never scored before (what decides that a design space is spent)."""
+    search = RLSearch(SearchStats())
+    search.measured_keys, search.round_keys, search.scored_keys = set(), set(), set()
+    first = search._unseen([_proposal_for_kernel(8), _proposal_for_kernel(8),
+                            _proposal_for_kernel(16)])
+    assert len(first) == 2 and all(p.novel for p in first)
+    search._mark_measured(first[:1])        # the 8x8 kernel was measured, the 16x16 not
+
+    search._new_round()
+    again = search._unseen([_proposal_for_kernel(8), _proposal_for_kernel(16),
+                            _proposal_for_kernel(32)])
+    assert [p.sch.n for p in again] == [16, 32]
+    assert [p.novel for p in again] == [False, True]
 
 
 def test_policy_round_trips_through_json():

@@ -12,7 +12,8 @@ Each round:
    than chance, e.g. during its warm-up); the best-scored edits of each space are the next
    generation's starts (``generations`` of them);
 2. fresh samples of every space are scored beside the edits;
-3. the best-scored unseen candidates are measured, with a share drawn at random (explore);
+3. the best-scored candidates not measured yet are measured, with a share drawn at random
+   (explore); one scored in an earlier round and passed over may come back;
 4. measured speed-ups over each episode's start are the outer reward (a failed build or run
    counts as -1).
 The first round measures the design spaces as they are (the default rules' schedule is one
@@ -73,6 +74,7 @@ class _Proposal:
     start_seconds: float | None
     space: int                 # index of the design space the trace is from
     score: float = 0.0
+    novel: bool = True         # never scored before this round
 
 
 @dataclass
@@ -108,7 +110,9 @@ class RLSearch(PySearchStrategy):
         self.cost_model = cost_model
         self.trials = 0
         self.measured: list[_Start] = []   # fastest first
-        self.seen: set[int] = set()
+        self.measured_keys: set[int] = set()   # kernels measured (or chosen to be)
+        self.round_keys: set[int] = set()      # kernels proposed this round
+        self.scored_keys: set[int] = set()     # kernels ever proposed
         self.spent: set[int] = set()   # design spaces whose episodes found nothing new
         self.pending: list[_Proposal] = []
         self._resume(database)
@@ -120,11 +124,13 @@ class RLSearch(PySearchStrategy):
         if self.trials >= self.max_trials or not self.spaces:
             return None
         count = min(self.per_round, self.max_trials - self.trials)
+        self._new_round()
         first = [] if self.measured else self._design_spaces()
         pool = self._episodes() + self._scored(self._fresh_samples(self.samples_per_space
                                                                     * len(self.spaces)))
         chosen = first[:count] + self._choose(pool, count - len(first[:count]))
         chosen += self._fresh_samples(count - len(chosen))
+        self._mark_measured(chosen)
         self.pending = chosen
         return [MeasureCandidate(p.sch, ms.arg_info.ArgInfo.from_entry_func(p.sch.mod, True))
                 for p in chosen] or None
@@ -173,7 +179,7 @@ class RLSearch(PySearchStrategy):
         fresh = self._unseen(pool)
         # a space whose edits gave nothing new this round (the default rules' spaces hold a
         # handful of points) gets no episodes next round: the others get its share
-        self.spent = set(range(len(self.spaces))) - {p.space for p in fresh}
+        self.spent = set(range(len(self.spaces))) - {p.space for p in fresh if p.novel}
         return fresh
 
     def _rollouts(self, nodes: list[_Start]) -> tuple[list[_Proposal], list[tuple[_Start, int]]]:
@@ -290,19 +296,31 @@ class RLSearch(PySearchStrategy):
             return None
 
     def _unseen(self, proposals: list[_Proposal]) -> list[_Proposal]:
-        """Proposals for kernels never proposed before, one per kernel. A kernel that was
-        scored and not chosen counts as seen too: that keeps each round's candidates new.
-        (Counting only measured kernels as seen was tried: on the Winograd matmul at 256
-        trials, MetaSchedule's spaces then ended at 0.21-0.32 ms instead of 0.16-0.18.)"""
+        """Proposals for kernels not measured yet, one per kernel within a round. A kernel
+        scored in an earlier round and not chosen comes back when an episode reaches it
+        again: the cost model that passed it over has been retrained since. (Until
+        2026-12-03 every kernel ever scored was dropped for good, so the neighbourhood of
+        the measured best ran dry within a few rounds, scored by the least-trained models.)
+        ``novel`` marks a kernel never scored before: a design space whose episodes find
+        none is spent for the next round."""
         out = []
         for proposal in proposals:
             if proposal.sch is None:
                 continue
-            key = tvm_ffi.structural_hash(proposal.sch.mod)
-            if key not in self.seen:
-                self.seen.add(key)
-                out.append(proposal)
+            key = _kernel_key(proposal)
+            if key in self.measured_keys or key in self.round_keys:
+                continue
+            self.round_keys.add(key)
+            proposal.novel = key not in self.scored_keys
+            self.scored_keys.add(key)
+            out.append(proposal)
         return out
+
+    def _new_round(self) -> None:
+        self.round_keys = set()
+
+    def _mark_measured(self, proposals: list[_Proposal]) -> None:
+        self.measured_keys |= {_kernel_key(p) for p in proposals}
 
     def _predict(self, schs) -> list[float]:
         if not schs or self.cost_model is None:
@@ -333,6 +351,10 @@ class RLSearch(PySearchStrategy):
             if _instruction_kinds(space) == kinds:
                 return index
         return 0
+
+
+def _kernel_key(proposal: _Proposal) -> int:
+    return tvm_ffi.structural_hash(proposal.sch.mod)
 
 
 def _instruction_kinds(trace: Trace) -> tuple[str, ...]:
