@@ -75,6 +75,7 @@ class _Proposal:
     space: int                 # index of the design space the trace is from
     score: float = 0.0
     novel: bool = True         # never scored before this round
+    key: int | None = None     # structural hash of its kernel (set by _unseen)
 
 
 @dataclass
@@ -307,11 +308,11 @@ class RLSearch(PySearchStrategy):
         for proposal in proposals:
             if proposal.sch is None:
                 continue
-            key = _kernel_key(proposal)
+            key = tvm_ffi.structural_hash(proposal.sch.mod)
             if key in self.measured_keys or key in self.round_keys:
                 continue
             self.round_keys.add(key)
-            proposal.novel = key not in self.scored_keys
+            proposal.key, proposal.novel = key, key not in self.scored_keys
             self.scored_keys.add(key)
             out.append(proposal)
         return out
@@ -320,7 +321,8 @@ class RLSearch(PySearchStrategy):
         self.round_keys = set()
 
     def _mark_measured(self, proposals: list[_Proposal]) -> None:
-        self.measured_keys |= {_kernel_key(p) for p in proposals}
+        """Every proposal chosen for measurement came through _unseen, which hashed it."""
+        self.measured_keys |= {p.key for p in proposals}
 
     def _predict(self, schs) -> list[float]:
         if not schs or self.cost_model is None:
@@ -351,10 +353,6 @@ class RLSearch(PySearchStrategy):
             if _instruction_kinds(space) == kinds:
                 return index
         return 0
-
-
-def _kernel_key(proposal: _Proposal) -> int:
-    return tvm_ffi.structural_hash(proposal.sch.mod)
 
 
 def _instruction_kinds(trace: Trace) -> tuple[str, ...]:
