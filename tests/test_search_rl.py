@@ -149,7 +149,9 @@ def test_rl_search_tunes_a_matmul(tmp_path):
     try:
         database = ms.tune_tir(
             mod, TARGET, str(tmp_path), max_trials_global=16, num_trials_per_iter=8,
-            space=search_space(TARGET), strategy=RLSearch(stats, episodes=32), builder=builder,
+            space=search_space(TARGET), builder=builder, seed=0,
+            # few fresh samples, so that edits (what the policy learns from) get measured
+            strategy=RLSearch(stats, episodes=32, samples_per_space=8),
             cost_model=cost_model, measure_callbacks=[
                 RankingProbe(cost_model, stats),
                 *ms.measure_callback.MeasureCallback.create("default")])
@@ -163,3 +165,25 @@ def test_rl_search_tunes_a_matmul(tmp_path):
     assert any(key.startswith("Mutator/Mutate") for key in stats.policy.which)
     # the model trained on the first batch of 8 and ranked the second before retraining
     assert stats.ranked_pairs > 0 and 0.0 <= stats.ranking_accuracy <= 1.0
+
+
+def test_the_best_scored_fresh_samples_of_each_space_become_episode_starts():
+    """Episodes start also from the random samples the cost model likes best, per design
+    space (as the evolutionary search mutates its best-scored samples): the two best of each
+    space, unmeasured (no time), with their scores; none when sample starts are off."""
+    from types import SimpleNamespace
+
+    def sample(name, space, score):
+        proposal = _Proposal(SimpleNamespace(trace=name), [], None, space)
+        proposal.score = score
+        return proposal
+
+    samples = [sample("a", 0, 0.1), sample("b", 0, 0.9), sample("c", 0, 0.5),
+               sample("d", 1, 0.2), sample("e", 1, 0.3), sample("f", 2, 0.05)]
+    search = RLSearch(SearchStats(), sample_starts=2)
+    starts = search._sample_starts(samples)
+    assert sorted((s.space, s.trace) for s in starts) == [(0, "b"), (0, "c"), (1, "d"),
+                                                          (1, "e"), (2, "f")]
+    assert all(s.seconds is None and s.steps == [] for s in starts)
+    assert next(s for s in starts if s.trace == "b").score == 0.9
+    assert RLSearch(SearchStats(), sample_starts=0)._sample_starts(samples) == []

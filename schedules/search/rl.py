@@ -3,15 +3,17 @@
 A MetaSchedule ``PySearchStrategy`` over the same space as the evolutionary baseline (the
 design spaces the task's space generator made; postprocessors applied to every candidate).
 Each round:
-1. episodes (model-based rollouts): start from a measured trace of one design space (each
-   space gets its share of episodes; within a space the best traces more often), let the
+1. episodes (model-based rollouts): start from a measured trace of one design space, or one
+   of the fresh samples of it the cost model scores best (each space gets its share of
+   episodes; within a space the best traces more often), let the
    policy make 1..max_steps edits (policy.py: a decision's new value, or one of the space's
    mutators), replay the trace on the kernel; the cost model scores each edit, the policy
    is pushed by the predicted speed-up over the edit's parent (inner reward), weighted by
    how well the model has ranked measured candidates so far (0 while it ranks no better
    than chance, e.g. during its warm-up); the best-scored edits of each space are the next
    generation's starts (``generations`` of them);
-2. fresh samples of every space are scored beside the edits;
+2. fresh samples of every space (``samples_per_space``) are scored beside the edits; the
+   best ``sample_starts`` of each space are also starts of step 1;
 3. the best-scored candidates not measured yet are measured, with a share drawn at random
    (explore); one scored in an earlier round and passed over may come back;
 4. measured speed-ups over each episode's start are the outer reward (a failed build or run
@@ -91,12 +93,13 @@ class _Start:
 @derived_object
 class RLSearch(PySearchStrategy):
     def __init__(self, stats: SearchStats | None = None, *, episodes: int = 96,
-                 max_steps: int = 3, explore: float = 0.2, samples_per_space: int = 32,
-                 generations: int = 3):
+                 max_steps: int = 3, explore: float = 0.2, samples_per_space: int = 256,
+                 generations: int = 3, sample_starts: int = 8):
         super().__init__()
         self.stats = stats if stats is not None else SearchStats()
         self.episodes, self.max_steps, self.explore = episodes, max_steps, explore
         self.samples_per_space, self.generations = samples_per_space, generations
+        self.sample_starts = sample_starts
 
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
@@ -127,8 +130,8 @@ class RLSearch(PySearchStrategy):
         count = min(self.per_round, self.max_trials - self.trials)
         self._new_round()
         first = [] if self.measured else self._design_spaces()
-        pool = self._episodes() + self._scored(self._fresh_samples(self.samples_per_space
-                                                                    * len(self.spaces)))
+        samples = self._scored(self._fresh_samples(self.samples_per_space * len(self.spaces)))
+        pool = self._episodes(self._sample_starts(samples)) + samples
         chosen = first[:count] + self._choose(pool, count - len(first[:count]))
         chosen += self._fresh_samples(count - len(chosen))
         self._mark_measured(chosen)
@@ -155,7 +158,7 @@ class RLSearch(PySearchStrategy):
     def clone(self):
         return RLSearch(self.stats, episodes=self.episodes, max_steps=self.max_steps,
                         explore=self.explore, samples_per_space=self.samples_per_space,
-                        generations=self.generations)
+                        generations=self.generations, sample_starts=self.sample_starts)
 
     # --- rounds ---------------------------------------------------------------------------
 
@@ -163,12 +166,13 @@ class RLSearch(PySearchStrategy):
         return self._unseen([_Proposal(self._replay(t), [], None, i)
                              for i, t in enumerate(self.spaces)])
 
-    def _episodes(self) -> list[_Proposal]:
+    def _episodes(self, extra_starts: list[_Start] = ()) -> list[_Proposal]:
         """Model-based rollouts: run the policy from the measured starts of each design
         space, score every edit with the cost model (pushing the policy by the predicted
         speed-ups), then go on from the best-scored edits for ``generations`` rounds. Each
         edit keeps its steps back to the measured start, which the measurement rewards."""
-        nodes = self._scored([start for group in self._starts() for start in group])
+        nodes = self._scored([start for group in self._starts() for start in group]) \
+            + list(extra_starts)
         pool = []
         for _ in range(self.generations if nodes else 0):
             proposals, parents = self._rollouts(nodes)
@@ -232,6 +236,16 @@ class RLSearch(PySearchStrategy):
             elif trust > 0 and parent.score is not None:
                 inner.append((steps, model_reward(proposal.score, parent.score, trust)))
         self.stats.policy.reinforce(inner, "model")
+
+    def _sample_starts(self, samples: list[_Proposal]) -> list[_Start]:
+        """The best-scored fresh samples of each design space, as episode starts beside the
+        measured traces. Why: in a large space (MetaSchedule's) the few measured traces of
+        the first rounds are poor, and edits of them stay near them; the evolutionary search
+        also mutates the random samples its cost model likes best."""
+        if not self.sample_starts:
+            return []
+        return self._best_per_space([_Start(p.sch.trace, None, p.space, [], p.score)
+                                     for p in samples], self.sample_starts)
 
     def _choose(self, proposals: list[_Proposal], count: int) -> list[_Proposal]:
         if count <= 0:
