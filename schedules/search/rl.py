@@ -30,9 +30,11 @@ generations deep: the evolutionary search ranks hundreds of samples and mutants 
 cost model each round; one generation of episodes gave the model ~100. With both (and the
 inner reward's sign fixed, policy.model_reward) the variants tried ended at 0.157-0.172 ms
 over seven runs of that kernel (this form: 0.172); the evolutionary search found 0.144
-there. Timings of one kernel swing ~7% between runs on these VMs. Three seeds at 256 trials
-(bench/tuning.py, README): RL's best is still found in its first round; the evolutionary
-search is ahead on all three benchmark kernels from 128 or 256 trials on."""
+there. Timings of one kernel swing ~7% between runs on these VMs. Why the best-scored fresh
+samples are starts too: MetaSchedule's spaces are large and their first measured traces poor;
+edits of those alone stayed near them (the depthwise kernel's MetaSchedule spaces reached
+0.029 ms in 256 trials, 0.016-0.023 with these starts). bench/tuning.py (README): RL ahead
+at 32-128 trials; at 256 the two searches are level within the machine's drift."""
 
 from __future__ import annotations
 
