@@ -187,3 +187,13 @@ def test_the_best_scored_fresh_samples_of_each_space_become_episode_starts():
     assert all(s.seconds is None and s.steps == [] for s in starts)
     assert next(s for s in starts if s.trace == "b").score == 0.9
     assert RLSearch(SearchStats(), sample_starts=0)._sample_starts(samples) == []
+
+
+def test_fresh_samples_per_space_scale_with_the_round():
+    search = RLSearch(SearchStats())
+    for per_round, expected in [(4, 32), (8, 32), (32, 128), (64, 256), (128, 256)]:
+        search.per_round = per_round
+        assert search._samples_per_space() == expected
+    small = RLSearch(SearchStats(), samples_per_space=8)
+    small.per_round = 64
+    assert small._samples_per_space() == 8

@@ -12,7 +12,7 @@ Each round:
    how well the model has ranked measured candidates so far (0 while it ranks no better
    than chance, e.g. during its warm-up); the best-scored edits of each space are the next
    generation's starts (``generations`` of them);
-2. fresh samples of every space (``samples_per_space``) are scored beside the edits; the
+2. fresh samples of every space (4 per candidate measured, 32-256) are scored beside the edits; the
    best ``sample_starts`` of each space are also starts of step 1;
 3. the best-scored candidates not measured yet are measured, with a share drawn at random
    (explore); one scored in an earlier round and passed over may come back;
@@ -51,6 +51,10 @@ from tvm.s_tir.schedule import ScheduleError, Trace
 from ..measure import measured_seconds
 from .decisions import decisions, mutator_edits
 from .policy import Policy, clipped_log_ratio, model_reward
+
+# Fresh samples scored per design space and round, per candidate the round measures, and
+# the least (RLSearch._samples_per_space).
+SAMPLES_PER_CANDIDATE, MIN_SAMPLES_PER_SPACE = 4, 32
 
 # Errors a replayed trace can raise when an edited decision is invalid for the kernel.
 REPLAY_ERRORS = (ScheduleError, ValueError, IndexError, RuntimeError)
@@ -132,7 +136,7 @@ class RLSearch(PySearchStrategy):
         count = min(self.per_round, self.max_trials - self.trials)
         self._new_round()
         first = [] if self.measured else self._design_spaces()
-        samples = self._scored(self._fresh_samples(self.samples_per_space * len(self.spaces)))
+        samples = self._scored(self._fresh_samples(self._samples_per_space() * len(self.spaces)))
         pool = self._episodes(self._sample_starts(samples)) + samples
         chosen = first[:count] + self._choose(pool, count - len(first[:count]))
         chosen += self._fresh_samples(count - len(chosen))
@@ -238,6 +242,15 @@ class RLSearch(PySearchStrategy):
             elif trust > 0 and parent.score is not None:
                 inner.append((steps, model_reward(proposal.score, parent.score, trust)))
         self.stats.policy.reinforce(inner, "model")
+
+    def _samples_per_space(self) -> int:
+        """Fresh samples to score per design space this round: 4 per candidate a round
+        measures (256 for rounds of 64, what bench/tuning.py measured), at least 32, at most
+        ``samples_per_space``. Why not always the maximum: replaying and scoring 256 samples
+        per space made the rounds of 4-8 candidates that short runs and the tests make about
+        twice as slow, for a round that measures only a few of them."""
+        return min(self.samples_per_space, max(MIN_SAMPLES_PER_SPACE,
+                                               SAMPLES_PER_CANDIDATE * self.per_round))
 
     def _sample_starts(self, samples: list[_Proposal]) -> list[_Start]:
         """The best-scored fresh samples of each design space, as episode starts beside the
