@@ -12,8 +12,8 @@ Each round:
    how well the model has ranked measured candidates so far (0 while it ranks no better
    than chance, e.g. during its warm-up); the best-scored edits of each space are the next
    generation's starts (``generations`` of them);
-2. fresh samples of every space (4 per candidate measured, 32-256) are scored beside the edits; the
-   best ``sample_starts`` of each space are also starts of step 1;
+2. fresh samples of every space (4 per candidate measured, 32-256) are scored beside the
+   edits; the best ``sample_starts`` of each space are also starts of step 1;
 3. the best-scored candidates not measured yet are measured, with a share drawn at random
    (explore); one scored in an earlier round and passed over may come back;
 4. measured speed-ups over each episode's start are the outer reward (a failed build or run
@@ -174,9 +174,10 @@ class RLSearch(PySearchStrategy):
 
     def _episodes(self, extra_starts: list[_Start] = ()) -> list[_Proposal]:
         """Model-based rollouts: run the policy from the measured starts of each design
-        space, score every edit with the cost model (pushing the policy by the predicted
-        speed-ups), then go on from the best-scored edits for ``generations`` rounds. Each
-        edit keeps its steps back to the measured start, which the measurement rewards."""
+        space and from ``extra_starts`` (best-scored fresh samples), score every edit with
+        the cost model (pushing the policy by the predicted speed-ups), then go on from the
+        best-scored edits for ``generations`` rounds. Each edit keeps its steps back to its
+        start, which the measurement rewards."""
         nodes = self._scored([start for group in self._starts() for start in group]) \
             + list(extra_starts)
         pool = []
