@@ -28,9 +28,9 @@ def measured_seconds(*results) -> float | None:
 
 def kernel_seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target,
                    settings: MeasureSettings = TUNE) -> float:
-    lib = _build(func, target)
+    lib = build_kernel(func, target)
     timer = lib.time_evaluator("main", tvm.cpu(), **evaluator_arguments(settings))
-    return float(np.median(timer(*_arguments(func)).results))
+    return float(np.median(timer(*kernel_arguments(func)).results))
 
 
 def evaluator_arguments(settings: MeasureSettings) -> dict:
@@ -42,8 +42,8 @@ def evaluator_arguments(settings: MeasureSettings) -> dict:
 
 def kernel_outputs(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> list[np.ndarray]:
     """Every argument's values after one run on the seeded random inputs (outputs included)."""
-    args = _arguments(func)
-    _build(func, target)["main"](*args)
+    args = kernel_arguments(func)
+    build_kernel(func, target)["main"](*args)
     return [a.numpy() for a in args]
 
 
@@ -61,7 +61,7 @@ def same_results(tuned: tvm.tirx.PrimFunc, default: tvm.tirx.PrimFunc,
     return True
 
 
-def _build(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
+def build_kernel(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     lib = tvm.compile(mod, target=target)
     return lib.jit() if hasattr(lib, "jit") else lib  # an Executable wraps the runtime module
@@ -80,5 +80,5 @@ def argument_tensors(specs, device, seed: int = 0) -> list:
                                else np.zeros(shape, dtype), device) for shape, dtype in specs]
 
 
-def _arguments(func: tvm.tirx.PrimFunc, seed: int = 0) -> list:
+def kernel_arguments(func: tvm.tirx.PrimFunc, seed: int = 0) -> list:
     return argument_tensors(argument_specs(func), tvm.cpu(), seed)

@@ -33,6 +33,8 @@ class ProgressLine(PyMeasureCallback):
         self.task_trials: dict[int, int] = {}
         # task -> [[trials of the task, trials of the run, best seconds so far], ...]
         self.curves: dict[int, list[list]] = {}
+        # task -> the schedule trace (JSON) of each point of its curve: what the bench re-times
+        self.curve_traces: dict[int, list] = {}
         self.trials, self.failed, self.start = 0, 0, time.perf_counter()
         self.built_count, self.last_built_line = 0, self.start
 
@@ -47,7 +49,7 @@ class ProgressLine(PyMeasureCallback):
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
-        for built, ran in zip(builder_results, runner_results):
+        for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             self.trials += 1
             self.task_trials[task_id] = self.task_trials.get(task_id, 0) + 1
             seconds = measured_seconds(built, ran)
@@ -58,6 +60,7 @@ class ProgressLine(PyMeasureCallback):
                 self.best[task_id] = seconds
                 self.curves.setdefault(task_id, []).append(
                     [self.task_trials[task_id], self.trials, seconds])
+                self.curve_traces.setdefault(task_id, []).append(candidate.sch.trace.as_json())
         elapsed = time.perf_counter() - self.start
         best = self.best.get(task_id)
         untuned = sum(w * d for w, d in zip(self.weights, self.defaults))

@@ -76,6 +76,7 @@ class TaskResult:
     kept: bool
     curve: list = field(default_factory=list)
     wrong: int = 0  # best candidates rejected: their results differed from the default's
+    curve_traces: list = field(default_factory=list)  # the trace (JSON) of each curve point
 
 
 @dataclass
@@ -266,7 +267,7 @@ def _best_against_default(task, target, database, default_schedule, progress, ta
     tuned_seconds = measurement.kernel_seconds(best[1], target)
     kept = tuned_seconds < tuning_log.APPLY_MARGIN * default_seconds
     result = TaskResult(task.name, task.weight, default_seconds, tuned_seconds, kept, curve,
-                        wrong)
+                        wrong, progress.curve_traces.get(task_id, []))
     # logged either way (a resumed run skips the task); compile applies it only when faster
     record = tuning_log.Record(
         workload=task.key, target=target_key(target), task=task.name, seconds=tuned_seconds,

@@ -40,6 +40,8 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
     report = aotc.tune(model, trials=4, log=log)
     assert [r.task for r in report.results] == ["fused_matmul_packed_relu"]
     assert report.results[0].tuned_seconds is not None  # at least one candidate ran
+    # each point of the curve carries the schedule it measured (what bench/tuning.py re-times)
+    assert len(report.results[0].curve_traces) == len(report.results[0].curve) >= 1
     records, warnings = tuning_log.read(log)
     assert warnings == [] and not records[0].final  # the first new best, checkpointed
     finals = [r for r in records if r.final]
