@@ -197,3 +197,20 @@ def test_fresh_samples_per_space_scale_with_the_round():
     small = RLSearch(SearchStats(), samples_per_space=8)
     small.per_round = 64
     assert small._samples_per_space() == 8
+
+
+def test_fresh_samples_come_only_from_spaces_with_decisions():
+    """A design space without decisions (an untuned schedule as it is) has one point: the
+    first round measures it, and fresh samples are drawn from the other spaces only."""
+    from types import SimpleNamespace
+    search = RLSearch(SearchStats())
+    sampled = _design_space_trace()
+    fixed = SimpleNamespace(decisions={}, insts=[])
+    search.spaces = [fixed, sampled, fixed]
+    assert search._sampled_spaces() == [1]
+    drawn = []
+    search._replay = lambda trace: trace
+    search._unseen = lambda proposals: drawn.extend(p.space for p in proposals) or proposals
+    assert len(search._fresh_samples(6)) == 6 and set(drawn) == {1}
+    search.spaces = [fixed]
+    assert search._fresh_samples(6) == []

@@ -1,7 +1,7 @@
 """The tuner's search space: MetaSchedule's design space united with the default rules' own,
 in which the untuned register tile is the default decision; kernels that are not contractions
-get MetaSchedule's space only (the Winograd transforms also their untuned schedule); a schedule drawn from the default-rules space computes the same
-numbers."""
+get MetaSchedule's space plus their untuned schedule as a space without decisions (so that it
+stays a candidate); a schedule drawn from the default-rules space computes the same numbers."""
 
 import numpy as np
 import pytest
@@ -48,11 +48,22 @@ def test_union_adds_the_default_rules_space_to_metaschedule():
     assert len(union) == len(alone) + 1
 
 
-def test_non_contractions_get_no_default_rules_space():
+def test_a_non_contraction_gets_its_untuned_schedule_as_a_space_without_decisions():
+    from aotc.compiler.lower import first_schedule_that_works
+    from aotc.compiler.lower.cpu_rules import RULES
     x = te.placeholder((12, 128), name="x")
     softmax = te.create_prim_func([x, topi.nn.softmax(x, axis=-1)]).with_attr(
         "global_symbol", "main")
-    assert _spaces(softmax, default_rules_space(TARGET)) == []
+    before = softmax.script()
+    spaces = _spaces(softmax, default_rules_space(TARGET))
+    assert len(spaces) == 1 and len(spaces[0].trace.decisions) == 0
+    untuned = first_schedule_that_works(RULES, softmax, TARGET)  # what compile applies
+    tvm.ir.assert_structural_equal(spaces[0].mod["main"], untuned.mod["main"])
+    assert softmax.script() == before
+    # its trace replays on the kernel, as the searches replay every design space
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": softmax}))
+    spaces[0].trace.apply_to_schedule(sch, remove_postproc=True)
+    tvm.ir.assert_structural_equal(sch.mod["main"], untuned.mod["main"])
 
 
 def _with_decisions(schedule, values):

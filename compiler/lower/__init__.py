@@ -83,22 +83,30 @@ class ApplyRulesSafely:
             return None
 
     def _first_rule_that_works(self, func, target):
-        name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
-        for rule in self.rules:
-            try:
-                sch = rule.apply(func, target, False)
-            except BUG_ERRORS as err:
-                # A bug in a rule of ours, not a shape TVM's primitives reject: swallowing it
-                # once left every conv of ResNet-18 unscheduled (100x slower, no error).
-                raise CompileError(f"schedule rule {type(rule).__name__} failed on kernel "
-                                   f"{name}: {type(err).__name__}: {err}") from err
-            except Exception as err:  # pylint: disable=broad-except  # ScheduleError and friends
-                LOG.debug("schedule rule %s rejected kernel %s: %s", type(rule).__name__, name,
-                          meaningful_line(err))
-                continue
-            if sch is not None:
-                return (sch[0] if isinstance(sch, list) else sch).mod["main"]
-        return None
+        sch = first_schedule_that_works(self.rules, func, target)
+        return None if sch is None else sch.mod["main"]
+
+
+def first_schedule_that_works(rules, func, target):
+    """The schedule of the first of ``rules`` that accepts ``func`` (a traced Schedule; None
+    when none does). A rule that TVM's primitives reject on the kernel is skipped; a Python
+    error in a rule (BUG_ERRORS) is a CompileError naming the rule and kernel."""
+    name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
+    for rule in rules:
+        try:
+            sch = rule.apply(func, target, False)
+        except BUG_ERRORS as err:
+            # A bug in a rule of ours, not a shape TVM's primitives reject: swallowing it
+            # once left every conv of ResNet-18 unscheduled (100x slower, no error).
+            raise CompileError(f"schedule rule {type(rule).__name__} failed on kernel "
+                               f"{name}: {type(err).__name__}: {err}") from err
+        except Exception as err:  # pylint: disable=broad-except  # ScheduleError and friends
+            LOG.debug("schedule rule %s rejected kernel %s: %s", type(rule).__name__, name,
+                      meaningful_line(err))
+            continue
+        if sch is not None:
+            return sch[0] if isinstance(sch, list) else sch
+    return None
 
 
 ESTIMATE_ATTR = "aotc.estimated_seconds"

@@ -136,7 +136,8 @@ class RLSearch(PySearchStrategy):
         count = min(self.per_round, self.max_trials - self.trials)
         self._new_round()
         first = [] if self.measured else self._design_spaces()
-        samples = self._scored(self._fresh_samples(self._samples_per_space() * len(self.spaces)))
+        samples = self._scored(self._fresh_samples(
+            self._samples_per_space() * len(self._sampled_spaces())))
         pool = self._episodes(self._sample_starts(samples)) + samples
         chosen = first[:count] + self._choose(pool, count - len(first[:count]))
         chosen += self._fresh_samples(count - len(chosen))
@@ -272,13 +273,19 @@ class RLSearch(PySearchStrategy):
         chosen += self.rng.sample(rest, min(count - len(chosen), len(rest)))
         return chosen
 
+    def _sampled_spaces(self) -> list[int]:
+        """The design spaces with decisions to sample. One without (an untuned schedule that
+        is a candidate as it is: schedules/space.py) has one point, which the first round
+        measures; sampling it again only replays that point and drops it as a duplicate."""
+        return [i for i, trace in enumerate(self.spaces) if len(trace.decisions)]
+
     def _fresh_samples(self, count: int) -> list[_Proposal]:
-        """Unseen random samples, spread evenly over the design spaces."""
-        out = []
-        for attempt in range(4 * max(count, 0)):
+        """Unseen random samples, spread evenly over the design spaces that have decisions."""
+        out, spaces = [], self._sampled_spaces()
+        for attempt in range(4 * max(count, 0) if spaces else 0):
             if len(out) >= count:
                 break
-            space = attempt % len(self.spaces)
+            space = spaces[attempt % len(spaces)]
             trace = Trace(self.spaces[space].insts, {})
             out += self._unseen([_Proposal(self._replay(trace), [], None, space)])
         return out
