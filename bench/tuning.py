@@ -115,13 +115,16 @@ def retime_pair(task, target, default_schedule, runs: list[dict], budgets: list[
             if index is not None:
                 wanted[f"{run['search']}@{n}"] = (run["search"], index)
     by_run = {r["search"]: r for r in runs}
-    distinct = {key: replay(task.func, by_run[key[0]]["curve_traces"][key[1]])
-                for key in set(wanted.values())}
     kernels = {"default": default_schedule(task.func)}
-    kernels.update({f"{s}#{i}": func for (s, i), func in distinct.items()})
+    for search, index in set(wanted.values()):
+        try:
+            kernels[f"{search}#{index}"] = replay(task.func, by_run[search]["curve_traces"][index])
+        except RuntimeError as err:  # TVM's errors; the point is left out, not the bench
+            print(f"{search} curve point {index} did not replay: {err}", flush=True)
     times = retime(kernels, target, rounds=RETIME_ROUNDS)
     out = {"default": times["default"]["median"]}
-    out.update({name: times[f"{s}#{i}"]["median"] for name, (s, i) in wanted.items()})
+    out.update({name: times[f"{s}#{i}"]["median"] for name, (s, i) in wanted.items()
+                if f"{s}#{i}" in times})
     return out
 
 
