@@ -31,6 +31,20 @@ def tiny_cnn(opset: int = 17) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
+def two_matmuls(opset: int = 17) -> onnx.ModelProto:
+    """x[8,32] -> matmul(32->48)+relu -> matmul(48->16): two kernels to tune, for tests that
+    check a tuner's mechanics, where every task costs reference timings (on a farm: remote
+    sessions) that a six-kernel model pays six times."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(
+        nodes, "two_matmuls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])],
+        [_const("w1", (32, 48), 4), _const("w2", (48, 16), 5)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
 def single_op(op_type: str, domain: str = "", opset: int = 17, name: str = "the_node"):
     """x -> op -> y on a [2, 3] float tensor; for op-support checks."""
     node = helper.make_node(op_type, ["x"], ["y"], domain=domain, name=name)

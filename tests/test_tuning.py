@@ -92,9 +92,11 @@ def test_a_missing_log_is_named(tmp_path):
 def test_a_killed_tuner_keeps_its_checkpoints_and_resumes_from_them(tmp_path):
     model = _matmul_relu(tmp_path / "mm.onnx")
     log = tmp_path / "mm.jsonl"
+    # a time budget: its first round is a probe of 4 candidates, so the first checkpoint comes
+    # after 4 builds (a budget of 400 trials built a first batch of 64), and it never ends here
     tuner = subprocess.Popen(
         [sys.executable, "-c", "from aotc.cli import main; main()", "tune", str(model),
-         "--trials", "400", "--log", str(log)],
+         "--time-budget", "10m", "--log", str(log)],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
