@@ -26,7 +26,10 @@ def _design_space_trace():
     mod = tvm.IRModule({"main": _matmul()})
     context = ms.TuneContext(mod, target=TARGET, space_generator=search_space(TARGET),
                              search_strategy="evolutionary", task_name="t", num_threads=2)
-    return context.space_generator.generate_design_space(mod)[0].trace
+    spaces = context.space_generator.generate_design_space(mod)
+    # MetaSchedule's first space (after the default rules'): it has tile decisions
+    return next(s.trace for s in spaces
+                if any(i.kind.name == "SamplePerfectTile" for i in s.trace.insts))
 
 
 def test_tile_moves_keep_the_product_and_the_innermost_bound():
