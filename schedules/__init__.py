@@ -4,6 +4,7 @@
 - search/: the RL search (policy.py, decisions.py, rl.py) beside MetaSchedule's evolutionary;
 - ranking.py: the cost model's (MetaSchedule's XGBModel) ranking of batches it has not seen;
 - builder.py, intrinsics.py, measure.py: building in a warm worker pool, timing kernels;
+  retime.py: several schedules of one kernel timed side by side (bench/tuning.py's verdicts);
 - tune.py: the run (budget in trials or time, rounds, the best against the default rules);
 - log.py, checkpoint.py, warm_state.py: append-only logs, records written as found, what the
   next run starts from; report.py: tables and tuning curves (aotc tune-report);
@@ -12,8 +13,7 @@
   servers), with a deadline on every remote step.
 
 Not built yet: a gain-driven task scheduler of our own (MetaSchedule's gradient scheduler
-splits the budget); retrying a failed candidate on another device; farm tuning for
-cross-compiled (ARM) targets.
+splits the budget).
 
 The names below are loaded on first use: ``aotc farm status`` imports farm.py alone, without
 TVM (3 s)."""
