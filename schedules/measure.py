@@ -28,9 +28,16 @@ def measured_seconds(*results) -> float | None:
 
 def kernel_seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target,
                    settings: MeasureSettings = TUNE) -> float:
-    lib = build_kernel(func, target)
-    timer = lib.time_evaluator("main", tvm.cpu(), **evaluator_arguments(settings))
-    return float(np.median(timer(*kernel_arguments(func)).results))
+    return kernel_timer(func, target, settings)(kernel_arguments(func))
+
+
+def kernel_timer(func: tvm.tirx.PrimFunc, target: tvm.target.Target,
+                 settings: MeasureSettings = TUNE):
+    """``func`` built once; the returned ``time(args)`` gives the median of one measurement
+    as ``settings`` say (retime.py times several kernels this way, in turn)."""
+    timer = build_kernel(func, target).time_evaluator("main", tvm.cpu(),
+                                                      **evaluator_arguments(settings))
+    return lambda args: float(np.median(timer(*args).results))
 
 
 def evaluator_arguments(settings: MeasureSettings) -> dict:

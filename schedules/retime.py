@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import statistics
 
-import numpy as np
 import tvm
 
 from aotc.measure_settings import TUNE, MeasureSettings
 
-from .measure import build_kernel, evaluator_arguments, kernel_arguments
+from .measure import kernel_arguments, kernel_timer
 from .tune import task_module
 
 
@@ -41,12 +40,10 @@ def retime(kernels: dict[str, tvm.tirx.PrimFunc], target: tvm.target.Target, rou
     names = list(kernels)
     if not names:
         return {}
-    timers = {name: build_kernel(func, target).time_evaluator("main", tvm.cpu(),
-                                                         **evaluator_arguments(settings))
-              for name, func in kernels.items()}
+    timers = {name: kernel_timer(func, target, settings) for name, func in kernels.items()}
     args = kernel_arguments(next(iter(kernels.values())))
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].append(float(np.median(timers[name](*args).results)))
+            times[name].append(timers[name](args))
     return {name: {"median": statistics.median(t), "rounds": t} for name, t in times.items()}
