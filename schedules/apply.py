@@ -18,7 +18,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from .keys import schedule_key, target_key, workload_key
 from .log import best_records
-from .tune import task_module
+from .measure import task_module
 
 LOG = logging.getLogger("aotc.tuning")
 

@@ -15,7 +15,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from . import log as tuning_log
-from .measure import measured_seconds
+from .measure import measured_seconds, task_module
 from .keys import target_key
 
 
@@ -52,7 +52,6 @@ class CheckpointWriter(PyMeasureCallback):
 def commit_checkpoints(database, tasks, target, checkpoints: dict) -> int:
     """Put the checkpoint records of ``tasks`` (workload key -> Record) into ``database`` as
     tuning records of the task's kernel; returns how many."""
-    from .tune import task_module
     count = 0
     for task in tasks:
         record = checkpoints.get(task.key)

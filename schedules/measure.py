@@ -68,9 +68,15 @@ def same_results(tuned: tvm.tirx.PrimFunc, default: tvm.tirx.PrimFunc,
     return True
 
 
+def task_module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
+    """The kernel as MetaSchedule tunes and replays it, and as it is built here: alone, named
+    ``main`` (without a global symbol, TVM's MakePackedAPI skips it and every candidate fails
+    to build)."""
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
 def build_kernel(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
-    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    lib = tvm.compile(mod, target=target)
+    lib = tvm.compile(task_module(func), target=target)
     return lib.jit() if hasattr(lib, "jit") else lib  # an Executable wraps the runtime module
 
 

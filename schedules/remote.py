@@ -17,14 +17,14 @@ from aotc.measure_settings import TUNE, MeasureSettings
 
 from .farm import Farm, FarmError, servers_of
 from .builder import export_shared
-from .measure import argument_specs, argument_tensors, evaluator_arguments
+from .retime import in_turns, one_measurement_per_round
+from .measure import argument_specs, argument_tensors, evaluator_arguments, task_module
 
 
 def _export(func: tvm.tirx.PrimFunc, target: tvm.target.Target, folder: str,
-            linker: str | None) -> str:
-    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    path = os.path.join(folder, "kernel.so")
-    export_shared(tvm.compile(mod, target=target), path, linker)
+            linker: str | None, name: str = "kernel") -> str:
+    path = os.path.join(folder, f"{name}.so")
+    export_shared(tvm.compile(task_module(func), target=target), path, linker)
     return path
 
 
@@ -41,6 +41,16 @@ class RemoteReference:
             path = _export(func, target, tmp, self.linker)
             return self._call(_time_on_device, path, argument_specs(func),
                               evaluator_arguments(self.settings))
+
+    def compare(self, kernels: dict, target, rounds: int) -> dict[str, float]:
+        """name -> median seconds of kernels of one workload, timed in turn in one session
+        (retime.in_turns), each built and uploaded once."""
+        with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
+            paths = {name: _export(func, target, tmp, self.linker, f"kernel{i}")
+                     for i, (name, func) in enumerate(kernels.items())}
+            evaluator = evaluator_arguments(one_measurement_per_round(self.settings))
+            return self._call(_time_in_turns_on_device, paths,
+                              argument_specs(next(iter(kernels.values()))), evaluator, rounds)
 
     def outputs(self, func, target) -> list[np.ndarray]:
         with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
@@ -97,6 +107,17 @@ def _time_on_device(host, port, key, timeout, path, specs, evaluator: dict) -> f
     lib = _load(session, path)
     timer = lib.time_evaluator("main", session.cpu(), **evaluator)
     return float(np.median(timer(*argument_tensors(specs, session.cpu())).results))
+
+
+def _time_in_turns_on_device(host, port, key, timeout, paths: dict, specs, evaluator: dict,
+                             rounds: int) -> dict[str, float]:
+    session = _session(host, port, key, timeout)
+    timers = {name: _load(session, path).time_evaluator("main", session.cpu(), **evaluator)
+              for name, path in paths.items()}
+    args = argument_tensors(specs, session.cpu())
+    times = in_turns(list(paths), rounds,
+                     lambda name: float(np.median(timers[name](*args).results)))
+    return {name: t["median"] for name, t in times.items()}
 
 
 def _run_on_device(host, port, key, timeout, path, specs) -> list[np.ndarray]:

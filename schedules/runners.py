@@ -13,7 +13,7 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 from aotc.measure_settings import TUNE, MeasureSettings
 
-from . import measure, remote
+from . import measure, remote, retime
 from .farm import Farm, servers_of
 
 # A candidate's whole measurement; past it the runner's worker is killed and the candidate
@@ -81,6 +81,13 @@ class LocalMeasurement:
     def kernel_seconds(self, func, target) -> float:
         return measure.kernel_seconds(func, target, self.settings)
 
+    def compare(self, kernels: dict, target, rounds: int) -> dict[str, float]:
+        """name -> median seconds of kernels of one workload, each built once and timed in
+        turn for ``rounds`` rounds (one measurement each per round)."""
+        times = retime.retime(kernels, target, rounds,
+                              retime.one_measurement_per_round(self.settings))
+        return {name: t["median"] for name, t in times.items()}
+
     def same_results(self, tuned, default, target) -> bool:
         return measure.same_results(tuned, default, target)
 
@@ -117,6 +124,9 @@ class FarmMeasurement:
 
     def kernel_seconds(self, func, target) -> float:
         return self.reference.kernel_seconds(func, target)
+
+    def compare(self, kernels: dict, target, rounds: int) -> dict[str, float]:
+        return self.reference.compare(kernels, target, rounds)
 
     def same_results(self, tuned, default, target) -> bool:
         return measure.same_results(tuned, default, target, run=self.reference.outputs)

@@ -37,6 +37,7 @@ from .builder import PersistentBuilder
 from .checkpoint import CheckpointWriter, commit_checkpoints
 from .intrinsics import register_cpu_intrinsics
 from .progress import ProgressLine
+from .measure import task_module
 from .ranking import RankingProbe
 from .search import SearchStats
 from .space import search_space
@@ -51,8 +52,14 @@ BUILD_TIMEOUT_S = 120.0
 # XGBModel trains after this many measurements (MetaSchedule's default, 100, left budgets of
 # 32-64 trials a task ranked at random throughout).
 COST_MODEL_WARMUP = 24
-# Best candidates checked against the default schedule's results before one is logged.
+# Best candidates (by their in-run time) checked against the default schedule's results
+# before one is logged; of those that compute the same, up to FINAL_CANDIDATES are timed in
+# turn with the default for FINAL_ROUNDS rounds, and the fastest median is the task's record.
+# An in-run best is the minimum of many noisy single timings and often a lucky one (a
+# depthwise kernel's best timed 0.0163 ms in its run and 0.0314 side by side).
 TOP_K = 4
+FINAL_CANDIDATES = 3
+FINAL_ROUNDS = 7
 # A time budget runs the search in rounds of this many trials per task.
 ROUND_TRIALS_PER_TASK = 32
 
@@ -77,6 +84,7 @@ class TaskResult:
     curve: list = field(default_factory=list)
     wrong: int = 0  # best candidates rejected: their results differed from the default's
     curve_traces: list = field(default_factory=list)  # the trace (JSON) of each curve point
+    picked: int = 0  # rank by in-run time of the candidate the final timing kept (0: the best)
 
 
 @dataclass
@@ -97,6 +105,10 @@ class TuneReport:
         if wrong:
             out.append(f"{wrong} best candidates rejected: results differed from the default "
                        "schedule's")
+        repicked = sum(1 for r in self.results if r.tuned_seconds and r.picked)
+        if repicked:
+            out.append(f"{repicked} tasks kept another candidate than their in-run best: "
+                       "timed side by side with it, it was faster")
         out.append(f"{self.trials} trials ({self.search} search) in {self.seconds:.0f} s "
                    f"({self.trials / max(self.seconds, 1e-9):.2f} trials/s)")
         if self.ranking_accuracy is not None:
@@ -239,42 +251,51 @@ def _round_trials(budget: Budget, done: int, tasks: int, elapsed: float) -> int:
     return per_round if left is None else min(left, per_round)
 
 
-def task_module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
-    """The kernel as MetaSchedule tunes and replays it: alone, named ``main`` (without a
-    global symbol, TVM's MakePackedAPI skips it and every candidate fails to build)."""
-    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-
-
 def _best_against_default(task, target, database, default_schedule, progress, task_id,
                           search, measurement):
-    """The task's fastest candidate that computes what the default schedule computes (up to
-    TOP_K tried), timed against the default the same way; and its record."""
+    """The task's fastest candidate that computes what the default schedule computes: the
+    best few by in-run time (TOP_K checked, FINAL_CANDIDATES kept) timed in turn with the
+    default, fastest median first; and its record."""
     default_func = default_schedule(task.func)
-    default_seconds = measurement.kernel_seconds(default_func, target)
-    mod = task_module(task.func)
-    workload = database.commit_workload(mod)
-    best, wrong = None, 0
-    for record in database.get_top_k(workload, TOP_K):
-        scheduled = _replay(mod, record)
-        if scheduled is not None and measurement.same_results(scheduled, default_func, target):
-            best = (record, scheduled)
-            break
-        wrong += 1
-    if best is None:
-        return TaskResult(task.name, task.weight, default_seconds, None, False,
+    candidates, wrong = _valid_candidates(task, database, default_func, target, measurement)
+    if not candidates:
+        return TaskResult(task.name, task.weight,
+                          measurement.kernel_seconds(default_func, target), None, False,
                           wrong=wrong), None
+    kernels = {"default": default_func}
+    kernels.update((f"candidate{rank}", func) for rank, (_, func) in enumerate(candidates))
+    medians = measurement.compare(kernels, target, FINAL_ROUNDS)
+    picked = min(range(len(candidates)), key=lambda rank: medians[f"candidate{rank}"])
+    default_seconds, tuned_seconds = medians["default"], medians[f"candidate{picked}"]
     curve = progress.curves.get(task_id, [])
-    tuned_seconds = measurement.kernel_seconds(best[1], target)
     kept = tuned_seconds < tuning_log.APPLY_MARGIN * default_seconds
     result = TaskResult(task.name, task.weight, default_seconds, tuned_seconds, kept, curve,
-                        wrong, progress.curve_traces.get(task_id, []))
+                        wrong, progress.curve_traces.get(task_id, []), picked)
     # logged either way (a resumed run skips the task); compile applies it only when faster
     record = tuning_log.Record(
         workload=task.key, target=target_key(target), task=task.name, seconds=tuned_seconds,
         default_seconds=default_seconds, trials=progress.task_trials.get(task_id, 0),
-        trace=best[0].as_json(), tvm=tvm.__version__, search=search, curve=curve,
-        calls=task.weight, default_schedule=schedule_key(default_func))
+        trace=candidates[picked][0].as_json(), tvm=tvm.__version__, search=search,
+        curve=curve, calls=task.weight, default_schedule=schedule_key(default_func))
     return result, record
+
+
+def _valid_candidates(task, database, default_func, target, measurement):
+    """([(record, scheduled kernel)] best first, up to FINAL_CANDIDATES, among the TOP_K
+    fastest measured; how many of those were rejected: failed to replay or computed
+    something else than the default)."""
+    mod = task_module(task.func)
+    workload = database.commit_workload(mod)
+    candidates, wrong = [], 0
+    for record in database.get_top_k(workload, TOP_K):
+        scheduled = _replay(mod, record)
+        if scheduled is None or not measurement.same_results(scheduled, default_func, target):
+            wrong += 1
+            continue
+        candidates.append((record, scheduled))
+        if len(candidates) == FINAL_CANDIDATES:
+            break
+    return candidates, wrong
 
 
 def _replay(mod: tvm.IRModule, record) -> tvm.tirx.PrimFunc | None:

@@ -9,7 +9,7 @@ from tvm.s_tir import meta_schedule as ms
 from aotc.schedules.measure import same_results
 from aotc.schedules.retime import replay, retime
 from aotc.schedules.space import default_rules_space
-from aotc.schedules.tune import task_module
+from aotc.schedules.measure import task_module
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 

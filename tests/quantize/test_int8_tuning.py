@@ -35,7 +35,7 @@ def test_int8_kernels_are_searched_in_the_default_rules_spaces_only(tiny_onnx):
 
     from aotc.compiler.lower.cpu_dot import packed_format
     from aotc.schedules.space import search_space
-    from aotc.schedules.tune import task_module
+    from aotc.schedules.measure import task_module
     calib = np.random.default_rng(0).standard_normal((4, 1, 8, 12, 12)).astype(np.float32)
     tasks, target, _default = tuning_tasks(tiny_onnx, "x86",
                                            quantize=aotc.QuantizeOptions(list(calib)))

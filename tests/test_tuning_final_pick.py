@@ -1,0 +1,69 @@
+"""A task's record is the fastest of its best candidates timed side by side with the default,
+not the one with the luckiest in-run timing: here the unscheduled matmul carries an in-run time
+far below anything real, the default rules' schedule a plain one, and re-timing both in turn
+keeps the scheduled one (and says it kept another than the in-run best)."""
+
+from types import SimpleNamespace
+
+import tvm
+from tvm import te
+from tvm.s_tir import meta_schedule as ms
+
+from aotc.schedules.keys import workload_key
+from aotc.schedules.measure import task_module
+from aotc.schedules.retime import replay
+from aotc.schedules.runners import LocalMeasurement
+from aotc.schedules.space import default_rules_space
+from aotc.schedules.tasks import Task
+from aotc.schedules.tune import TuneReport, _best_against_default
+
+TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
+
+
+def _matmul():
+    a, b = te.placeholder((64, 256), name="a"), te.placeholder((256, 128), name="b")
+    k = te.reduce_axis((0, 256), "k")
+    return te.create_prim_func([a, b, te.compute(
+        (64, 128), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k))])
+
+
+def _naive_trace(mod):
+    """The loops as written, with one instruction (a trace without any is not a valid
+    record): scalar code, many times slower than the default rules'."""
+    sch = tvm.s_tir.Schedule(mod)
+    i, _j, _k = sch.get_loops(sch.get_sblock("compute"))
+    sch.split(i, [None, 1])
+    return sch.trace
+
+
+def _record(database, workload, trace, seconds):
+    database.commit_tuning_record(ms.database.TuningRecord(
+        trace, workload, run_secs=[seconds], target=TARGET,
+        args_info=ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])))
+
+
+def test_the_final_timing_keeps_the_fastest_not_the_luckiest_in_run_time():
+    func = _matmul()
+    mod = task_module(func)
+    default_trace = ms.TuneContext(mod, target=TARGET, space_generator=default_rules_space(
+        TARGET)).generate_design_space()[0].trace
+    database = ms.database.MemoryDatabase()
+    workload = database.commit_workload(mod)
+    _record(database, workload, _naive_trace(mod), 1e-9)  # lucky timing
+    _record(database, workload, default_trace, 1e-3)
+    task = Task("matmul", workload_key(func), func, 1)
+    progress = SimpleNamespace(curves={}, task_trials={}, curve_traces={})
+
+    result, record = _best_against_default(
+        task, TARGET, database, lambda f: replay(f, default_trace.as_json()), progress, 0,
+        "rl", LocalMeasurement())
+
+    assert result.picked == 1 and result.wrong == 0
+    chosen = ms.database.TuningRecord.from_json(record.trace, workload).trace
+    assert str(chosen.as_json()) == str(default_trace.as_json())  # not the naive one
+    # both re-timed in the same rounds: the same schedule as the default, so no gain to keep
+    assert record.seconds == result.tuned_seconds and record.default_seconds == result.default_seconds
+    assert 0.5 < record.seconds / record.default_seconds < 2.0
+    report = TuneReport(2, 1.0, "rl", results=[result])
+    assert any("1 tasks kept another candidate than their in-run best" in line
+               for line in report.lines())
