@@ -60,6 +60,9 @@ COST_MODEL_WARMUP = 24
 TOP_K = 4
 FINAL_CANDIDATES = 3
 FINAL_ROUNDS = 7
+# Candidates a search measures per iteration of a task (MetaSchedule's batch): its cost model
+# retrains and the RL policy learns from measurements between iterations.
+TRIALS_PER_ITER = 64
 # A time budget runs the search in rounds of this many trials per task.
 ROUND_TRIALS_PER_TASK = 32
 
@@ -215,7 +218,8 @@ class _Run:
         with tempfile.TemporaryDirectory(prefix="aotc-tune-") as work_dir:
             ms.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in self.tasks],
                           work_dir=work_dir, max_trials_global=trials,
-                          num_trials_per_iter=min(64, max(trials // len(self.tasks), 4)),
+                          num_trials_per_iter=min(TRIALS_PER_ITER,
+                                                  max(trials // len(self.tasks), 4)),
                           database=self.database, cost_model=self.cost_model,
                           measure_callbacks=self.callbacks, builder=self.builder,
                           runner=self.runner)
