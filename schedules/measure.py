@@ -4,8 +4,9 @@ default one does.
 Built alone for the target, random float inputs (zeros for integer ones, so that gathers stay
 in range), median of repeats. Used to compare a tuned schedule with the default rules' one,
 both timed here in the same way. MetaSchedule's runner times candidates but never looks at
-their results: ``same_results`` runs both schedules on the same arguments before a tuned one
-is logged, so a schedule that computes something else is never kept."""
+their results: the tuner compares a candidate's values with the default's on the same
+arguments (``same_values``) before it is logged, so a schedule that computes something else
+is never kept."""
 
 from __future__ import annotations
 
@@ -56,14 +57,19 @@ def kernel_outputs(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> list[n
 
 def same_results(tuned: tvm.tirx.PrimFunc, default: tvm.tirx.PrimFunc,
                  target: tvm.target.Target, rtol: float = 1e-3, run=kernel_outputs) -> bool:
-    """Whether both kernels leave the same values in every argument (outputs included),
-    within ``rtol`` of the largest magnitude (a schedule may reorder float sums). ``run``
-    gives a kernel's argument values (here, or on a farm's device)."""
-    results = [run(func, target) for func in (tuned, default)]
-    for got, want in zip(*results):
-        scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
-        if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=rtol * scale,
-                                                      equal_nan=True):
+    """Whether both kernels leave the same values in every argument (outputs included).
+    ``run`` gives a kernel's argument values (here, or on a farm's device)."""
+    return same_values(run(tuned, target), run(default, target), rtol)
+
+
+def same_values(got: list[np.ndarray], want: list[np.ndarray], rtol: float = 1e-3) -> bool:
+    """Argument values (``kernel_outputs``) equal within ``rtol`` of the largest magnitude
+    of each (a schedule may reorder float sums). The tuner runs the default once and
+    compares each candidate's values with its values this way."""
+    for got_values, want_values in zip(got, want):
+        scale = max(1.0, float(np.max(np.abs(want_values)))) if want_values.size else 1.0
+        if got_values.shape != want_values.shape or not np.allclose(
+                got_values, want_values, rtol=rtol, atol=rtol * scale, equal_nan=True):
             return False
     return True
 
