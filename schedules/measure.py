@@ -17,14 +17,16 @@ from aotc.measure_settings import TUNE, MeasureSettings
 
 
 def measured_seconds(*results) -> float | None:
-    """Mean run time of a measured candidate, from its builder and runner results (or a
-    database record); None when a build or run failed or nothing was timed."""
+    """Median run time of a measured candidate, from its builder and runner results (or a
+    database record); None when a build or run failed or nothing was timed. (The tuner's
+    runners report the median alone: runners.MedianRunner; records from before 2026-12-03
+    carry every repeat.)"""
     if any(getattr(result, "error_msg", None) for result in results):
         return None
     run_secs = results[-1].run_secs
     if not run_secs:
         return None
-    return sum(float(s) for s in run_secs) / len(run_secs)
+    return float(np.median([float(s) for s in run_secs]))
 
 
 def kernel_seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target,

@@ -44,6 +44,8 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
     assert len(report.results[0].curve_traces) == len(report.results[0].curve) >= 1
     records, warnings = tuning_log.read(log)
     assert warnings == [] and not records[0].final  # the first new best, checkpointed
+    # its time is the median of the runner's 5 repeats, alone (runners.MedianRunner)
+    assert len(records[0].trace[1]) == 1 and records[0].seconds == float(records[0].trace[1][0])
     finals = [r for r in records if r.final]
     assert len(finals) == 1
     record = finals[0]
