@@ -21,10 +21,15 @@ def _matmul():
         (64, 96), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k))])
 
 
-def _default_rules_trace(func):
+def default_rules_point(func):
+    """The trace of the default rules' schedule of ``func`` (its design space as it is)."""
     ctx = ms.TuneContext(task_module(func), target=TARGET,
                          space_generator=default_rules_space(TARGET))
-    return ctx.generate_design_space()[0].trace.as_json()
+    return ctx.generate_design_space()[0].trace
+
+
+def _default_rules_trace(func):
+    return default_rules_point(func).as_json()
 
 
 def test_a_measured_trace_replays_into_the_kernel_it_scheduled():

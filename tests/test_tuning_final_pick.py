@@ -6,25 +6,15 @@ keeps the scheduled one (and says it kept another than the in-run best)."""
 from types import SimpleNamespace
 
 import tvm
-from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
 from aotc.schedules.keys import workload_key
 from aotc.schedules.measure import task_module
 from aotc.schedules.retime import replay
 from aotc.schedules.runners import LocalMeasurement
-from aotc.schedules.space import default_rules_space
 from aotc.schedules.tasks import Task
 from aotc.schedules.tune import TuneReport, _best_against_default
-
-TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
-
-
-def _matmul():
-    a, b = te.placeholder((64, 256), name="a"), te.placeholder((256, 128), name="b")
-    k = te.reduce_axis((0, 256), "k")
-    return te.create_prim_func([a, b, te.compute(
-        (64, 128), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k))])
+from test_retime import TARGET, _matmul, default_rules_point
 
 
 def _naive_trace(mod):
@@ -45,8 +35,7 @@ def _record(database, workload, trace, seconds):
 def test_the_final_timing_keeps_the_fastest_not_the_luckiest_in_run_time():
     func = _matmul()
     mod = task_module(func)
-    default_trace = ms.TuneContext(mod, target=TARGET, space_generator=default_rules_space(
-        TARGET)).generate_design_space()[0].trace
+    default_trace = default_rules_point(func)
     database = ms.database.MemoryDatabase()
     workload = database.commit_workload(mod)
     _record(database, workload, _naive_trace(mod), 1e-9)  # lucky timing
