@@ -36,7 +36,9 @@ def test_out_of_range_settings_are_refused():
 def test_tuner_runners_take_the_settings():
     from aotc.schedules import runners
     settings = MeasureSettings(number=2, repeat=7, min_repeat_ms=5, cache_flush=True)
-    config = runners.create(settings=settings).runner().evaluator_config
+    runner = runners.create(settings=settings).runner()
+    assert isinstance(runner, runners.MedianRunner)  # reports the median of the repeats
+    config = runner.inner.evaluator_config
     assert (config.number, config.repeat, config.min_repeat_ms, config.enable_cpu_cache_flush) \
         == (2, 7, 5, True)
 
