@@ -57,17 +57,11 @@ def kernel_outputs(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> list[n
     return [a.numpy() for a in args]
 
 
-def same_results(tuned: tvm.tirx.PrimFunc, default: tvm.tirx.PrimFunc,
-                 target: tvm.target.Target, rtol: float = 1e-3, run=kernel_outputs) -> bool:
-    """Whether both kernels leave the same values in every argument (outputs included).
-    ``run`` gives a kernel's argument values (here, or on a farm's device)."""
-    return same_values(run(tuned, target), run(default, target), rtol)
-
-
 def same_values(got: list[np.ndarray], want: list[np.ndarray], rtol: float = 1e-3) -> bool:
-    """Argument values (``kernel_outputs``) equal within ``rtol`` of the largest magnitude
-    of each (a schedule may reorder float sums). The tuner runs the default once and
-    compares each candidate's values with its values this way."""
+    """Whether two kernels left the same values in every argument (``kernel_outputs``, here
+    or on a farm's device; outputs included), within ``rtol`` of the largest magnitude of
+    each (a schedule may reorder float sums). The tuner runs the default once and compares
+    each candidate's values with its values this way."""
     for got_values, want_values in zip(got, want):
         scale = max(1.0, float(np.max(np.abs(want_values)))) if want_values.size else 1.0
         if got_values.shape != want_values.shape or not np.allclose(

@@ -39,8 +39,8 @@ class RemoteReference:
     def kernel_seconds(self, func, target) -> float:
         with tempfile.TemporaryDirectory(prefix="aotc-remote-") as tmp:
             path = _export(func, target, tmp, self.linker)
-            return self._call(_time_on_device, path, argument_specs(func),
-                              evaluator_arguments(self.settings))
+            return self._call(_time_in_turns_on_device, {"kernel": path}, argument_specs(func),
+                              evaluator_arguments(self.settings), 1)["kernel"]
 
     def compare(self, kernels: dict, target, rounds: int) -> dict[str, float]:
         """name -> median seconds of kernels of one workload, timed in turn in one session
@@ -102,15 +102,10 @@ def _load(session, path):
     return session.load_module(os.path.basename(path))
 
 
-def _time_on_device(host, port, key, timeout, path, specs, evaluator: dict) -> float:
-    session = _session(host, port, key, timeout)
-    lib = _load(session, path)
-    timer = lib.time_evaluator("main", session.cpu(), **evaluator)
-    return float(np.median(timer(*argument_tensors(specs, session.cpu())).results))
-
-
 def _time_in_turns_on_device(host, port, key, timeout, paths: dict, specs, evaluator: dict,
                              rounds: int) -> dict[str, float]:
+    """name -> median seconds of the uploaded kernels, timed in turn (one kernel and one
+    round: a single reference timing)."""
     session = _session(host, port, key, timeout)
     timers = {name: _load(session, path).time_evaluator("main", session.cpu(), **evaluator)
               for name, path in paths.items()}

@@ -5,7 +5,6 @@ device. ``create(farm)`` picks one; the builder stays local (candidates are comp
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from tvm.ir.utils import derived_object
@@ -88,10 +87,10 @@ class MedianFuture(PyRunnerFuture):
 
     def result(self):
         result = self.future.result()
-        if result.error_msg or not result.run_secs:
+        seconds = measure.measured_seconds(result)  # the median; None: failed or untimed
+        if seconds is None:
             return result
-        median = statistics.median(float(s) for s in result.run_secs)
-        return ms.runner.RunnerResult(run_secs=[median], error_msg=None)
+        return ms.runner.RunnerResult(run_secs=[seconds], error_msg=None)
 
 
 def evaluator_config(settings: MeasureSettings) -> ms.runner.EvaluatorConfig:

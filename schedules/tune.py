@@ -7,10 +7,11 @@ evolutionary one (search/, ``--search``), both ranking candidates with MetaSched
 cost model, both measured by MetaSchedule's local builder and runner (each candidate in a
 worker process with a timeout, so a candidate that fails to build, crashes or hangs is
 recorded as failed and the tuner goes on). A time budget runs the search in rounds over one
-database until the time is spent. What is new here: the best few schedules of each task are timed
-in turn with the default rules' schedule of the same kernel (compiler/lower), the fastest
-median kept, and both times go into the log with the task's tuning curve; compile applies a record only when
-it beat the default, so a log never makes a kernel slower (as measured).
+database until the time is spent. What is new here: the best few schedules of each task
+are timed in turn with the default rules' schedule of the same kernel (compiler/lower), the
+fastest median kept, and both times go into the log with the task's tuning curve; compile
+applies a record only when it beat the default, so a log never makes a kernel slower (as
+measured).
 
 Candidates and the reference measurements run on this machine or on a device farm's servers
 (runners.py). Not here yet: decisions of the default rules beyond the contraction's, a
