@@ -15,6 +15,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .trace_check import trace_problem
+
 LOG = logging.getLogger("aotc.tuning_log")
 VERSION = 1
 # A record is applied only when it ran at least 2% faster than the default schedule: on these
@@ -111,14 +113,24 @@ def _parse(path: str | Path) -> tuple[list[Record], list[str]]:
                     elif data["aotc_tuning_record"] != VERSION:
                         problem = f"record version {data['aotc_tuning_record']}, reader {VERSION}"
                     else:
-                        data.pop("aotc_tuning_record")
-                        try:
+                        problem = _record_problem(data)
+                        if problem is None:
                             records.append(Record(**data))
-                        except TypeError as err:
-                            problem = f"fields do not match: {err}"
             if problem:
                 warnings.append(f"{path}:{number}: skipped ({problem})")
     return records, warnings
+
+
+def _record_problem(data: dict) -> str | None:
+    """Why a parsed line is not a usable record (None: it is). Its trace must pass
+    trace_check: a record is data, and nothing it carries may become code or open a file."""
+    data.pop("aotc_tuning_record")
+    try:
+        record = Record(**data)
+    except TypeError as err:
+        return f"fields do not match: {err}"
+    problem = trace_problem(record.trace)
+    return f"unsafe trace, {problem}" if problem else None
 
 
 def best_records(paths, target: str, beating_default: bool = True,

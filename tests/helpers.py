@@ -78,3 +78,27 @@ def assert_near_torch(net, so_path, x: np.ndarray, fraction: float) -> np.ndarra
     got = next(iter(model.run({model.signature.inputs[0].name: x}).values()))
     np.testing.assert_allclose(got, want, atol=fraction * np.abs(want).max())
     return got
+
+
+_FRESH_RUN = """
+import sys
+import numpy as np
+import aotc
+feed = dict(np.load(sys.argv[2]))
+outputs = aotc.load(sys.argv[1]).run(feed)
+np.savez(sys.argv[3], **outputs)
+"""
+
+
+def run_in_fresh_process(so_path, feed: dict[str, np.ndarray], tmp_path: Path,
+                         env: dict | None = None) -> dict[str, np.ndarray]:
+    """Load ``so_path`` and run it on ``feed`` in a new Python process, as a user would (the
+    compiling process has libraries that a user's does not); returns its outputs."""
+    import subprocess
+    import sys
+    feed_path, out_path = tmp_path / "fresh_feed.npz", tmp_path / "fresh_out.npz"
+    np.savez(feed_path, **feed)
+    subprocess.run([sys.executable, "-c", _FRESH_RUN, str(so_path), str(feed_path),
+                    str(out_path)], check=True, env=env, timeout=300)
+    with np.load(out_path) as data:
+        return dict(data)

@@ -15,7 +15,7 @@ from aotc.schedules.keys import target_key, workload_key
 def _record(workload="ab12", seconds=1e-4, target="llvm:skylake-avx512"):
     return tuning_log.Record(workload=workload, target=target, task="fused_matmul",
                              seconds=seconds, default_seconds=5e-4, trials=8,
-                             trace={"insts": []}, tvm=tvm.__version__)
+                             trace=[[[], []]], tvm=tvm.__version__)
 
 
 def test_round_trip(tmp_path):

@@ -14,7 +14,7 @@ from aotc.schedules.report import best_at, end_to_end_curve, table
 def _record(workload, default, curve, calls=1, final=True):
     return tuning_log.Record(workload=workload, target="llvm:x", task=f"k_{workload}",
                              seconds=curve[-1][2], default_seconds=default, trials=curve[-1][0],
-                             trace={}, tvm=tvm.__version__, search="rl", curve=curve,
+                             trace=[[[], []]], tvm=tvm.__version__, search="rl", curve=curve,
                              calls=calls, final=final)
 
 
