@@ -74,7 +74,7 @@ def find_tasks(names: list[str]):
 
 def tune_once(task, target, default_schedule, search: str, seed: int, trials: int,
               warm_from: Path | None = None, keep_state: Path | None = None) -> dict:
-    """One tuning run in a fresh log. ``warm_from``: a cost-model state (``<log>.xgb``) to
+    """One tuning run in a fresh log. ``warm_from``: a cost-model state (``<log>.costmodel.npz``) to
     start from; ``keep_state``: where to copy this run's cost-model state afterwards."""
     from aotc.schedules import warm_state
     from aotc.schedules.tune import Budget, tune
@@ -232,7 +232,7 @@ def add_retimed_verdicts(rows: list[dict], retimed: list[dict]) -> None:
 
 
 def warm_start_main(names: list[str], seeds: list[int], budgets: list[int], out: Path) -> None:
-    """Does a cost model trained on other kernels (what ``<log>.xgb`` carries to the next run)
+    """Does a cost model trained on other kernels (what ``<log>.costmodel.npz`` carries to the next run)
     help? RL cold on every kernel, keeping each run's model; then RL on each kernel again,
     starting from the model of the next kernel's cold run."""
     from aotc.schedules.report import best_at
@@ -244,13 +244,13 @@ def warm_start_main(names: list[str], seeds: list[int], budgets: list[int], out:
             task, target, default_schedule = found[name]
             runs.append({"kernel": name, "mode": "cold", **tune_once(
                 task, target, default_schedule, "rl", seed, max(budgets),
-                keep_state=state_dir / f"{name}-{seed}.xgb")})
+                keep_state=state_dir / f"{name}-{seed}.costmodel.npz")})
         for i, name in enumerate(names):
             donor = names[(i + 1) % len(names)]
             task, target, default_schedule = found[name]
             runs.append({"kernel": name, "mode": f"warm from {donor}", **tune_once(
                 task, target, default_schedule, "rl", seed, max(budgets),
-                warm_from=state_dir / f"{donor}-{seed}.xgb")})
+                warm_from=state_dir / f"{donor}-{seed}.costmodel.npz")})
     lines = [f"{'kernel':6s} {'mode':16s} " + " ".join(f"{'best@' + str(n):>10s}" for n in budgets)
              + "  ranking"]
     for name in names:
