@@ -111,6 +111,10 @@ def quantize_options(command):
 
 
 # shared by compile and tune (tune must see the bf16 kernels compile will make)
+TRUST_PICKLE_OPTION = click.option(
+    "--trust-pickle", is_flag=True,
+    help="Load a .pt2 even where torch would unpickle part of it (a pickle runs code: only "
+         "for files you trust).")
 PRECISION_OPTION = click.option(
     "--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
     help="bf16: conv/matmul layers with constant weights take bfloat16 operands with float32 "
@@ -134,11 +138,12 @@ PRECISION_OPTION = click.option(
               help="Apply the records of this log (aotc tune) where they match (repeatable).")
 @click.option("--no-shipped-logs", "no_shipped", is_flag=True,
               help="Do not apply the tuning logs shipped with aotc (tuning_logs/).")
+@TRUST_PICKLE_OPTION
 @PRECISION_OPTION
 @quantize_options
 @_guard
 def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain,
-                tuning_logs, no_shipped, precision, **quantize):
+                tuning_logs, no_shipped, trust_pickle, precision, **quantize):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import parse_input_shape
@@ -146,7 +151,7 @@ def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled
 
     shapes = dict(parse_input_shape(s) for s in input_shape)
     options = CompileOptions(opt_level=opt_level, disabled_passes=disabled, explain=explain,
-                             dump_ir=dump_ir, precision=precision)
+                             dump_ir=dump_ir, precision=precision, trust_pickle=trust_pickle)
     int8 = _quantize_options(**quantize)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,
@@ -225,11 +230,12 @@ def _measure_settings(number, repeat, min_repeat_ms, cache_flush):
 @click.option("--rpc", metavar="HOST:PORT", help="Measure on a device farm: its RPC tracker.")
 @click.option("--key", help="With --rpc: the tracker key of the devices to measure on.")
 @measure_options(TUNE_MEASURE)
+@TRUST_PICKLE_OPTION
 @PRECISION_OPTION
 @quantize_options
 @_guard
 def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed, rpc, key,
-             number, repeat, min_repeat_ms, cache_flush, precision, **quantize):
+             number, repeat, min_repeat_ms, cache_flush, trust_pickle, precision, **quantize):
     """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
     those that beat the default rules). Resumes: finished kernels in the log are skipped."""
     from aotc.api import tune
@@ -243,7 +249,7 @@ def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, 
     report = tune(model, target, trials, log_path, time_budget=time_budget, search=search,
                   input_shapes=shapes, seed=seed, rpc=rpc, key=key, progress=_progress(start),
                   measure=_measure_settings(number, repeat, min_repeat_ms, cache_flush),
-                  options=CompileOptions(precision=precision),
+                  options=CompileOptions(precision=precision, trust_pickle=trust_pickle),
                   quantize=_quantize_options(**quantize))
     for line in report.lines():
         click.echo(line)

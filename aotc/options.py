@@ -1,6 +1,5 @@
 """CompileOptions: everything a compile does beyond its model and target, in one value that the
-CLI and the API fill and the pipeline reads (precision, quantization and tuning logs join it
-when they land)."""
+CLI and the API fill and the pipeline reads."""
 
 from __future__ import annotations
 
@@ -76,7 +75,10 @@ class CompileOptions:
     precision: "fp32", or "bf16": convolutions and matmuls with constant weights take
         bfloat16 operands with float32 sums (compiler/quantize/bf16.py), or "fp16": float16
         operands and sums (compiler/quantize/fp16.py); the target must have the instructions
-        (targets.for_precision enables them or says why not)."""
+        (targets.for_precision enables them or says why not).
+    trust_pickle: load a .pt2 even where torch would unpickle part of it (legacy weights,
+        pickled constants or sample inputs): a pickle runs code, so only for files whose
+        origin is trusted (compiler/frontends/pt2_archive.py). Without it they are refused."""
 
     opt_level: int = 3
     disabled_passes: tuple[str, ...] = ()
@@ -85,6 +87,7 @@ class CompileOptions:
     schedules: object | None = field(default=None, compare=False)
     int8_ranges: dict | None = field(default=None, compare=False)
     precision: str = "fp32"
+    trust_pickle: bool = False
 
     def __post_init__(self):
         if self.opt_level not in OPT_LEVELS:

@@ -8,12 +8,14 @@ import os
 from .imported import ImportedModel
 
 
-def import_model(source, input_shapes=None, example_inputs=None) -> ImportedModel:
-    """Dispatch on the kind of ``source``; torch is imported only for torch sources."""
+def import_model(source, input_shapes=None, example_inputs=None,
+                 trust_pickle: bool = False) -> ImportedModel:
+    """Dispatch on the kind of ``source``; torch is imported only for torch sources.
+    ``trust_pickle``: load a .pt2 whose loading unpickles (frontends/pt2_archive.py)."""
     if isinstance(source, (str, os.PathLike)):
         if str(source).endswith(".pt2"):
             from .torch_loader import import_torch  # pylint: disable=import-outside-toplevel
-            return import_torch(source)
+            return import_torch(source, trust_pickle=trust_pickle)
         from .onnx_loader import import_onnx  # pylint: disable=import-outside-toplevel
         return import_onnx(source, input_shapes)
     if type(source).__module__.startswith("onnx"):

@@ -10,6 +10,7 @@ from aotc.errors import CompileError, ModelLoadError, meaningful_line
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
 from .imported import ImportedModel, output_specs
+from .pt2_archive import checked_bytes
 from .torch_ops import check_torch_ops
 
 
@@ -26,12 +27,13 @@ def _export(module, example_inputs):
                              f"{type(err).__name__}: {str(err).splitlines()[0]}") from err
 
 
-def _load_pt2(path: Path):
+def _load_pt2(path: Path, trust_pickle: bool = False):
     import torch  # pylint: disable=import-outside-toplevel
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such file")
+    archive = checked_bytes(path, trust_pickle)
     try:
-        return torch.export.load(str(path))
+        return torch.export.load(archive)
     except Exception as err:
         raise ModelLoadError(f"{path}: not a loadable .pt2 ExportedProgram ({err})") from None
 
@@ -47,9 +49,10 @@ def _signature_inputs(program) -> list[TensorSpec]:
     return specs
 
 
-def import_torch(source, example_inputs=None) -> ImportedModel:
+def import_torch(source, example_inputs=None, trust_pickle: bool = False) -> ImportedModel:
+    """``trust_pickle``: load a .pt2 even where torch would unpickle part of it (pt2_archive)."""
     if isinstance(source, (str, os.PathLike)):
-        program, name = _load_pt2(Path(source)), str(source)
+        program, name = _load_pt2(Path(source), trust_pickle), str(source)
     else:
         program, name = _export(source, example_inputs), type(source).__name__
     from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
