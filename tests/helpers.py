@@ -91,14 +91,15 @@ np.savez(sys.argv[3], **outputs)
 
 
 def run_in_fresh_process(so_path, feed: dict[str, np.ndarray], tmp_path: Path,
-                         env: dict | None = None) -> dict[str, np.ndarray]:
+                         env: dict | None = None, capture: bool = False) -> dict[str, np.ndarray]:
     """Load ``so_path`` and run it on ``feed`` in a new Python process, as a user would (the
-    compiling process has libraries that a user's does not); returns its outputs."""
+    compiling process has libraries that a user's does not); returns its outputs. A failing
+    run raises CalledProcessError (with its output when ``capture``)."""
     import subprocess
     import sys
     feed_path, out_path = tmp_path / "fresh_feed.npz", tmp_path / "fresh_out.npz"
     np.savez(feed_path, **feed)
     subprocess.run([sys.executable, "-c", _FRESH_RUN, str(so_path), str(feed_path),
-                    str(out_path)], check=True, env=env, timeout=300)
+                    str(out_path)], check=True, env=env, timeout=300, capture_output=capture)
     with np.load(out_path) as data:
         return dict(data)

@@ -2,6 +2,8 @@
 range-checking kernel; compiled models match torch / onnxruntime in range and raise a named
 error out of range (plain TVM read out of bounds in both cases)."""
 
+import subprocess
+
 import numpy as np
 import onnx
 import pytest
@@ -13,7 +15,9 @@ from tvm.script import relax as R
 
 from aotc.compiler.passes import GuardIndices
 from aotc.errors import CompileError, ModelRunError
-from helpers import check_against_onnxruntime, check_against_torch, compile_and_load
+import aotc
+from helpers import (check_against_onnxruntime, check_against_torch, compile_and_load,
+                     run_in_fresh_process)
 
 
 def _ops(mod: tvm.IRModule) -> list[str]:
@@ -41,6 +45,57 @@ def test_dynamic_indices_go_through_a_checking_kernel():
     assert isinstance(guard, tvm.tirx.PrimFunc) and guard.attrs["tirx.is_scheduled"]
     take = after["main"].body.blocks[0].bindings[1].value
     assert take.args[1].same_as(after["main"].body.blocks[0].bindings[0].var)
+
+
+def test_the_importers_negative_wrap_is_replaced_by_the_guard():
+    """TVM's ONNX importer wraps i < 0 to i + n before the take; the guard wraps too, so the
+    importer's wrap is dropped and the guard reads the indices as given."""
+    @R.function
+    def before(x: R.Tensor((4, 3), "float32"), i: R.Tensor((2,), "int64")):
+        with R.dataflow():
+            negative = R.less(i, R.const(0, "int64"))
+            wrapped = R.add(i, R.const(4, "int64"))
+            fixed = R.where(negative, wrapped, i)
+            y = R.take(x, fixed, axis=0)
+            R.output(y)
+        return y
+
+    guarded = GuardIndices()(tvm.IRModule({"main": before}))
+    guard = guarded.get_global_var("aotc_guard_take_indices")
+
+    @R.function
+    def expected(x: R.Tensor((4, 3), "float32"), i: R.Tensor((2,), "int64")):
+        with R.dataflow():
+            negative = R.less(i, R.const(0, "int64"))
+            wrapped = R.add(i, R.const(4, "int64"))
+            fixed = R.where(negative, wrapped, i)
+            checked = R.call_tir(guard, (i, x), out_ty=R.Tensor((2,), "int64"))
+            y = R.take(x, checked, axis=0, mode="clip")
+            R.output(y)
+        return y
+
+    tvm.ir.assert_structural_equal(guarded["main"].without_attr("global_symbol"),
+                                   expected.without_attr("global_symbol"))
+
+
+def test_a_wrap_by_another_extent_is_kept():
+    """where(i < 0, i + 3, i) on a 4-row take is the model's own arithmetic, not the importer's
+    wrap: it stays, and the guard checks its result."""
+    @R.function
+    def main(x: R.Tensor((4, 3), "float32"), i: R.Tensor((2,), "int64")):
+        with R.dataflow():
+            fixed = R.where(R.less(i, R.const(0, "int64")), R.add(i, R.const(3, "int64")), i)
+            y = R.take(x, fixed, axis=0)
+            R.output(y)
+        return y
+
+    after = GuardIndices()(tvm.IRModule({"main": main}))
+    bindings = after["main"].body.blocks[0].bindings
+    guard_call = next(b.value for b in bindings if isinstance(b.value, relax.Call)
+                      and b.value.op.name == "relax.call_tir")
+    where_var = next(b.var for b in bindings if isinstance(b.value, relax.Call)
+                     and b.value.op.name == "relax.where")
+    assert guard_call.args[1][0].same_as(where_var)
 
 
 def test_negative_constant_index_is_normalized_at_compile_time():
@@ -143,3 +198,22 @@ def test_scatter_elements_out_of_range_raises(tmp_path):
     model, _ = check_against_onnxruntime(path, tmp_path, feed=feed)
     with pytest.raises(ModelRunError, match="IndexError"):
         model.run({**feed, "idx": np.array([[0, 4]])})
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_indices_below_minus_n_raise_instead_of_wrapping_twice(op, tmp_path):
+    """-n-1 and -2n were wrapped by the importer and then by the guard (Gather -5 on 4 rows
+    read row 3); ONNX and torch reject them. Run in a fresh process, as users run."""
+    attrs, dshape, ishape, oshape, good, too_big = CASES[op]
+    path = tmp_path / f"{op}.onnx"
+    onnx.save(_gather_model(op, dshape, ishape, oshape, **attrs), path)
+    out = tmp_path / f"{op}.so"
+    aotc.compile(path, output=out)
+    data = np.random.default_rng(0).standard_normal(dshape).astype(np.float32)
+    for index in (-too_big - 1, -2 * too_big):
+        bad = np.array(good, np.int64).reshape(ishape)
+        bad.flat[-1] = index
+        with pytest.raises(subprocess.CalledProcessError) as err:
+            run_in_fresh_process(out, {"data": data, "idx": bad}, tmp_path,
+                                 capture=True)
+        assert "IndexError" in err.value.stderr.decode()

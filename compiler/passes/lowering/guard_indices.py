@@ -180,6 +180,7 @@ class _Guarder(relax.PyExprMutator):
         return self.builder_.emit(relax.Tuple(fields))
 
     def _guard(self, indices, data, use: IndexUse, op: str):
+        indices = self._before_importer_wrap(indices, data, use)
         if isinstance(indices, tvm.ir.GenericConst):
             fixed = _normalize_constant(indices.value.numpy(), use, _static_dims(data), op)
             if fixed is not None:
@@ -190,6 +191,73 @@ class _Guarder(relax.PyExprMutator):
             kernel = guard_kernel(itype, data.ty.ndim, str(data.ty.dtype), use, op)
             self.kernels[key] = self.builder_.add_func(kernel, f"aotc_guard_{op}_indices")
         return self.builder_.emit(relax.call_tir(self.kernels[key], [indices, data], itype))
+
+
+    def _before_importer_wrap(self, indices, data, use: IndexUse):
+        """``i`` where ``indices`` is ``where(i < 0, i + extent, i)`` with the extent of the
+        dimension the indices address: TVM's ONNX importer wraps negative indices so, and the
+        guard's own normalization after it wrapped [-2n, -n) a second time (ONNX Gather index
+        -5 on 4 rows read row 3 instead of failing). The guard alone is the ONNX/torch rule."""
+        binding = self._binding(indices, "relax.where")
+        if binding is None:
+            return indices
+        condition, wrapped, plain = binding.args
+        less = self._binding(condition, "relax.less")
+        add = self._binding(wrapped, "relax.add")
+        if (less is None or add is None or not _same(less.args[0], plain)
+                or not _same(add.args[0], plain) or not _is_zero(less.args[1])):
+            return indices
+        extent = add.args[1]
+        if self._is_extent_of(extent, data, use):
+            return plain
+        bound = _normalize_bound(use, _static_dims(data), plain)
+        if bound is None or not isinstance(extent, tvm.ir.GenericConst):
+            return indices
+        if np.array_equal(np.broadcast_to(extent.value.numpy(), np.shape(bound)), bound):
+            return plain
+        return indices
+
+    def _is_extent_of(self, extent, data, use: IndexUse) -> bool:
+        """Whether ``extent`` is ``take(shape_to_tensor(shape_of(data)), axis)``: the
+        importer's form for a symbolic extent."""
+        take = self._binding(extent, "relax.take")
+        if take is None or use.nd_batch is not None:
+            return False
+        tensor = self._binding(take.args[0], "relax.shape_to_tensor")
+        shape = self._binding(tensor.args[0], "relax.shape_of") if tensor is not None else None
+        axis = use.axis if use.axis >= 0 else use.axis + data.ty.ndim
+        return (shape is not None and _same(shape.args[0], data)
+                and isinstance(take.args[1], tvm.ir.GenericConst)
+                and take.args[1].value.numpy().ndim == 0
+                and int(take.args[1].value.numpy()) in (axis, axis - data.ty.ndim))
+
+    def _binding(self, expr, op_name: str):
+        if not isinstance(expr, relax.Var):
+            return None
+        value = self.lookup_binding(expr)
+        if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                and value.op.name == op_name):
+            return value
+        return None
+
+
+def _same(a, b) -> bool:
+    return a.same_as(b)
+
+
+def _is_zero(expr) -> bool:
+    return (isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().ndim == 0
+            and expr.value.numpy().item() == 0)
+
+
+def _normalize_bound(use: IndexUse, dims: list, indices):
+    """The extent(s) an index of ``use`` is normalized by (an int, or for gather_nd a vector
+    over the last index axis); None where one is symbolic or unknown."""
+    if use.nd_batch is None:
+        return dims[use.axis if use.axis >= 0 else use.axis + len(dims)]
+    last = _static_dims(indices)[-1] if indices.ty.ndim else None
+    bound = dims[use.nd_batch:use.nd_batch + last] if last is not None else [None]
+    return None if any(b is None for b in bound) else np.array(bound)
 
 
 @tvm.transform.module_pass(opt_level=0, name="GuardIndices")
