@@ -4,7 +4,8 @@ Why: TVM 0.27 legalizes max/min reductions with the largest *finite* value as th
 the max of a row of -inf came out as -3.4e38 (and the min of +inf as 3.4e38): a silent wrong
 answer wherever masks use infinities. The ONNX node suite's expanded Attention tests it
 (``RowAllMasked = Equal(ReduceMax(bias), -inf)`` never fired: NaN rows instead of zeros).
-Here the identity is -inf / +inf for floats (integers keep their type's limits, which are exact).
+Here the identity is -inf / +inf for floats (integers keep their type's limits, which are exact),
+and a NaN anywhere in a float reduction makes the result NaN (TIR max/min dropped it).
 
 Where: handed to ``LegalizeOps`` as its customize map (compiler/pipeline.py)."""
 
@@ -21,9 +22,21 @@ def _identity(kind: str, dtype: str):
     return tirx.min_value(dtype) if kind == "max" else tirx.max_value(dtype)
 
 
-def _reducer(kind: str):
-    combine = tirx.max if kind == "max" else tirx.min
-    return te.comm_reducer(lambda a, b: combine(a, b), lambda t: _identity(kind, t),
+def _combine(kind: str, dtype: str):
+    """max/min, NaN if either side is NaN for floats (as numpy, torch and onnxruntime: ONNX
+    Max/Min of several inputs is imported as this reduction over a stack)."""
+    plain = tirx.max if kind == "max" else tirx.min
+    if not dtype.startswith(("float", "bfloat")):
+        return plain
+
+    def combine(acc, x):
+        beaten = acc < x if kind == "max" else x < acc  # false when acc is NaN: it stays
+        return tirx.Select(tirx.Or(tirx.isnan(x), beaten), x, acc)
+    return combine
+
+
+def _reducer(kind: str, dtype: str):
+    return te.comm_reducer(_combine(kind, dtype), lambda t: _identity(kind, t),
                            name=f"exact_{kind}")
 
 
@@ -34,7 +47,7 @@ def _reduce(kind: str, x: te.Tensor, axes: list[int], keepdims: bool) -> te.Tens
     kept = [a for a in range(ndim) if a not in raxes]
     out_shape = [1 if a in raxes else x.shape[a] for a in range(ndim)] if keepdims else \
         [x.shape[a] for a in kept]
-    reducer = _reducer(kind)
+    reducer = _reducer(kind, str(x.dtype))
 
     def body(*idx):
         it = iter(idx)

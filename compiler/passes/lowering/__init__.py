@@ -1,5 +1,6 @@
 """Relax ops to TIR kernels, fused: index guards and float32 accumulation first (correctness),
-then TVM's dispatch, legalization (with our exact min/max and vector math) and fusion."""
+then TVM's dispatch, legalization (with our exact min/max reductions, NaN-propagating
+maximum/minimum/relu and vector math) and fusion."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from tvm import relax
 from aotc.options import CompileOptions
 
 from ...lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
+from ...lower.nan_minmax import LEGALIZE_MAP as NAN_MINMAX
 from ...lower.reciprocal_quantize import LEGALIZE_MAP as RECIPROCAL_QUANTIZE
 from ...lower.vector_math import LEGALIZE_MAP as VECTOR_MATH
 from ...lower.widening_conv import LEGALIZE_MAP as WIDENING_CONV
@@ -21,7 +23,7 @@ VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
 
 
 def steps(options: CompileOptions) -> list[Step]:
-    legalize_map = {**EXACT_MINMAX, **WIDENING_CONV, **RECIPROCAL_QUANTIZE}
+    legalize_map = {**EXACT_MINMAX, **NAN_MINMAX, **WIDENING_CONV, **RECIPROCAL_QUANTIZE}
     if enabled(VECTOR_MATH_NAME, VECTOR_MATH_LEVEL, options):
         legalize_map.update(VECTOR_MATH)
     return [Step(GuardIndices(), REQUIRED, "out-of-range indices must not touch memory"),
