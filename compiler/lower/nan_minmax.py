@@ -28,7 +28,7 @@ def _broadcast_index(tensor: te.Tensor, out_ndim: int, index: tuple) -> list:
     picked = []
     for k, dim in enumerate(tensor.shape):
         unit = isinstance(dim, tirx.IntImm) and int(dim) == 1
-        picked.append(tirx.const(0, index[offset + k].dtype) if unit else index[offset + k])
+        picked.append(tirx.const(0, index[offset + k].ty) if unit else index[offset + k])
     return picked
 
 
