@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from tvm.support import cc
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 
+from aotc.atomic import copy_into_place
 from aotc.runtime import artifact
 from aotc.errors import TargetError
 from aotc.targets import TargetSpec
@@ -127,4 +127,4 @@ def _export(executable, output: Path, metadata: dict, fcompile=None) -> None:
         extra = {"fcompile": fcompile} if fcompile is not None else {}
         executable.export_library(str(staging), addons=[str(c_file)], **extra)
         artifact.seal(staging)
-        shutil.move(str(staging), str(output))
+        copy_into_place(staging, output)

@@ -77,6 +77,37 @@ def test_runner_errors_name_the_problem(runner, tiny_so, tmp_path):
     assert run_runner([runner, tiny_so, "--runs", "x"]).returncode == 2
 
 
+def _npy_with_header(path: Path, shape: str, data: bytes, descr: str = "<f4") -> Path:
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}"
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little")
+                     + header.encode() + data)
+    return path
+
+
+@pytest.mark.parametrize("shape, descr, named", [
+    ("(2**62, 4)", "<f4", "is not a tuple of sizes"),
+    ("(-1, 4)", "<f4", "is not a tuple of sizes"),
+    ("(576460752303423488, 64)", "<f4", "more data than the file holds"),  # 2**67 bytes
+    ("(1, 8, 12, 12)", "<f4", "more data than the file holds"),  # 16 bytes of 4,608
+    ("(1, 8, 12, 12)", "<f3", "unsupported dtype"),
+])
+def test_runner_refuses_npy_headers_that_lie(shape, descr, named, runner, tiny_so, tmp_path):
+    """A crafted header whose size wrapped to 0 was accepted (exit 0, unreadable output)."""
+    bad = _npy_with_header(tmp_path / "x.npy", shape, b"\0" * 16, descr)
+    done = run_runner([runner, tiny_so, "--input", f"x={bad}", "--output-dir", tmp_path / "out"])
+    assert done.returncode == 1 and named in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_runner_loads_a_bare_file_name(runner, tiny_so, tmp_path):
+    """dlopen("model.so") searches the library path; the runner means ./model.so."""
+    shutil.copy(tiny_so, tmp_path / "model.so")
+    done = run_runner([runner, "model.so", "--output-dir", "out"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list((tmp_path / "out").glob("*.npy")) and not list((tmp_path / "out").glob("*.tmp*"))
+
+
 def test_bundle_runs_without_python_or_environment(tiny_so, tmp_path):
     bundle = package(tiny_so, tmp_path / "bundle")
     assert bundle.runtime_bytes < 10e6

@@ -27,7 +27,7 @@ def _combine(kind: str, dtype: str):
     Max/Min of several inputs is imported as this reduction over a stack)."""
     plain = tirx.max if kind == "max" else tirx.min
     if not dtype.startswith(("float", "bfloat")):
-        return plain
+        return lambda acc, x: plain(acc, x)  # comm_reducer wants exactly two arguments
 
     def combine(acc, x):
         beaten = acc < x if kind == "max" else x < acc  # false when acc is NaN: it stays

@@ -108,8 +108,11 @@ static ffi::Module LoadLibrary(const Metadata& meta, const std::string& path) {
     throw Error(path + ": built for " + meta.arch + " (target " + meta.target_name +
                 "); this runner runs on " + kArch);
   }
+  // dlopen searches the library path for a name without a slash: "model.so" must mean the
+  // file in the current folder, as it does for every other tool.
+  std::string file = path.find('/') == std::string::npos ? "./" + path : path;
   try {
-    return ffi::Module::LoadFromFile(path);
+    return ffi::Module::LoadFromFile(file);
   } catch (const ffi::Error& err) {
     throw Error(path + ": TVM runtime could not load it: " + std::string(err.what()));
   }

@@ -1,4 +1,7 @@
 // .npy reading and writing (NumPy format 1.0-3.0): C order, little-endian, numeric and bool.
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -9,13 +12,18 @@ namespace {
 
 namespace ffi = tvm::ffi;
 constexpr char kMagic[] = "\x93NUMPY";
+constexpr uint32_t kMaxHeader = 1 << 16;
 
 DLDataType FromDescr(const std::string& descr, const std::string& path) {
   if (descr == "|b1") return DLDataType{kDLBool, 8, 1};
   if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '|')) {
     throw Error(path + ": unsupported dtype '" + descr + "' (little-endian numbers and bool only)");
   }
-  int bits = std::atoi(descr.c_str() + 2) * 8;
+  int bytes = std::atoi(descr.c_str() + 2);
+  if (bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8) {
+    throw Error(path + ": unsupported dtype '" + descr + "'");
+  }
+  int bits = bytes * 8;
   switch (descr[1]) {
     case 'f': return DLDataType{kDLFloat, uint8_t(bits), 1};
     case 'i': return DLDataType{kDLInt, uint8_t(bits), 1};
@@ -45,17 +53,46 @@ std::string HeaderValue(const std::string& header, const std::string& key, const
   return header.substr(at, end - at);
 }
 
-std::vector<int64_t> ParseShape(const std::string& text) {
+// A shape tuple: "()", "(3,)", "(2, 3)". Anything else (expressions, negative or huge dims) is
+// refused: the product of the dims sizes the allocation.
+std::vector<int64_t> ParseShape(const std::string& text, const std::string& path) {
+  auto bad = [&]() { return Error(path + ": .npy shape " + text + " is not a tuple of sizes"); };
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')') throw bad();
   std::vector<int64_t> shape;
-  const char* p = text.c_str() + 1;  // past '('
-  while (*p && *p != ')') {
-    char* next;
-    long long dim = std::strtoll(p, &next, 10);
-    if (next == p) { ++p; continue; }
-    shape.push_back(dim);
-    p = next;
+  size_t at = 1;
+  while (true) {
+    while (at < text.size() && text[at] == ' ') ++at;
+    if (text[at] == ')') break;
+    size_t digits = at;
+    while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+    if (digits == at || digits - at > 18) throw bad();
+    shape.push_back(std::stoll(text.substr(at, digits - at)));
+    at = digits;
+    while (at < text.size() && text[at] == ' ') ++at;
+    if (text[at] == ',') ++at;
+    else if (text[at] != ')') throw bad();
   }
+  if (at != text.size() - 1) throw bad();
   return shape;
+}
+
+// Bytes of data the header promises: the dims' product times the item size, each step checked
+// against 'available' (what the file holds after the header), so it can neither overflow
+// nor exceed the file.
+size_t DataBytes(const std::vector<int64_t>& shape, DLDataType dtype, uint64_t available,
+                 const std::string& path) {
+  uint64_t bytes = (dtype.bits + 7) / 8;
+  bool empty = false;
+  for (int64_t dim : shape) empty = empty || dim == 0;
+  if (empty) return 0;
+  for (int64_t dim : shape) {
+    if (bytes > available / uint64_t(dim)) {
+      throw Error(path + ": .npy header promises more data than the file holds (" +
+                  std::to_string(available) + " bytes after the header)");
+    }
+    bytes *= uint64_t(dim);
+  }
+  return size_t(bytes);
 }
 
 }  // namespace
@@ -69,15 +106,24 @@ ffi::Tensor ReadNpy(const std::string& path) {
   unsigned char len[4] = {0, 0, 0, 0};
   in.read(reinterpret_cast<char*>(len), magic[6] == 1 ? 2 : 4);
   header_len = len[0] | (len[1] << 8) | (len[2] << 16) | (uint32_t(len[3]) << 24);
+  if (header_len > kMaxHeader) {
+    throw Error(path + ": .npy header of " + std::to_string(header_len) + " bytes (NumPy writes "
+                "at most a few hundred)");
+  }
   std::string header(header_len, '\0');
-  in.read(header.data(), header_len);
+  if (!in.read(header.data(), header_len)) throw Error(path + ": truncated .npy header");
   if (HeaderValue(header, "fortran_order", path) != "False") {
     throw Error(path + ": Fortran-order arrays are not supported; save with np.ascontiguousarray");
   }
   std::string descr = HeaderValue(header, "descr", path);
-  ffi::Tensor tensor = Empty(ParseShape(HeaderValue(header, "shape", path)),
-                             FromDescr(descr.substr(1, descr.size() - 2), path));
-  size_t bytes = ffi::GetDataSize(*tensor.GetDLTensorPtr());
+  std::vector<int64_t> shape = ParseShape(HeaderValue(header, "shape", path), path);
+  DLDataType dtype = FromDescr(descr.substr(1, descr.size() - 2), path);
+  std::streamoff data_start = in.tellg();
+  in.seekg(0, std::ios::end);
+  uint64_t available = uint64_t(in.tellg() - data_start);
+  in.seekg(data_start);
+  size_t bytes = DataBytes(shape, dtype, available, path);
+  ffi::Tensor tensor = Empty(shape, dtype);
   if (!in.read(static_cast<char*>(tensor.data_ptr()), bytes)) {
     throw Error(path + ": truncated (expected " + std::to_string(bytes) + " bytes of data)");
   }
@@ -93,7 +139,9 @@ void WriteNpy(const std::string& path, const ffi::Tensor& tensor) {
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::ofstream out(path, std::ios::binary);
+  // Written beside 'path' and renamed over it: a killed run leaves the old file or the new one.
+  std::string tmp = path + ".tmp" + std::to_string(getpid());
+  std::ofstream out(tmp, std::ios::binary);
   if (!out) throw Error(path + ": cannot write");
   out.write(kMagic, 6);
   out.put(1);
@@ -103,7 +151,11 @@ void WriteNpy(const std::string& path, const ffi::Tensor& tensor) {
   out << header;
   out.write(static_cast<const char*>(tensor.data_ptr()),
             ffi::GetDataSize(*tensor.GetDLTensorPtr()));
-  if (!out) throw Error(path + ": write failed");
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": write failed");
+  }
 }
 
 }  // namespace aotc
