@@ -19,6 +19,7 @@ from .artifact import read_metadata
 from .devices import DEVICES
 from .exotic_dtypes import to_numpy, to_tvm
 from .signature import ModelSignature, TensorSpec
+from . import forks
 from .thread_placement import PLACEMENT
 
 
@@ -55,6 +56,7 @@ class Model:
         self._main = self._vm["main"]
         self._ffi = ffi
         self._lock = threading.Lock()
+        forks.track_lock(self)
         self._staging = InputStaging()
 
     @property
@@ -92,7 +94,7 @@ class Model:
                            for i, a in enumerate(arrays)]
                 if not self.device.is_host:
                     tensors = [self.device.upload(t) for t in tensors]
-                result = PLACEMENT.run(lambda: self._main(*tensors))
+                result = forks.run(lambda: PLACEMENT.run(lambda: self._main(*tensors)))
             except (RuntimeError, IndexError, ValueError, TypeError) as err:
                 # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
                 raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "

@@ -18,6 +18,8 @@ import os
 import threading
 from typing import Callable, TypeVar
 
+from . import forks
+
 T = TypeVar("T")
 _LEARN_ATTEMPTS = 3  # a first run without any parallel kernel starts no workers
 
@@ -75,3 +77,4 @@ def _affinity(tid: int) -> set[int] | None:
 
 
 PLACEMENT = CallerPlacement()  # one per process: TVM pins every pool's workers the same way
+forks.track_lock(PLACEMENT)
