@@ -2,37 +2,47 @@
 
 Why: TVM keeps one thread pool per calling thread, started by its first parallel kernel. A
 forked child has only the thread that forked, and that thread's pool still points at worker
-threads that do not exist in the child: its next parallel kernel waited for them forever
-(gunicorn --preload with a warm-up request, multiprocessing's fork start method).
+threads that do not exist there: its next parallel kernel waited for them forever (gunicorn
+--preload with a warm-up request, multiprocessing's fork start method).
 
-How: ``os.register_at_fork`` marks, in the child, the forking thread as stale when it had run
-a model; runs from a stale thread go to a helper thread of the child's, whose own pool TVM
-starts fresh, with every worker. Other threads of the child are new and start their own pools.
-The locks a parent thread may have held during the fork (a model's run lock) are replaced in
-the child, since the thread holding them does not exist there."""
+How: ``os.register_at_fork`` runs, in the child, TVM's ``ResetThreadPool`` for the forking
+thread when its pool had started: right after the fork, before the child makes any thread,
+the old workers' joins return at once and the pool starts new ones. Other threads of the child
+are new and start their own pools. Locks a parent thread may have held during the fork (a
+model's run lock) are replaced in the child, since the thread holding them is gone there.
+Where the runtime library lacks ``ResetThreadPool``, a run from the stale thread raises
+ModelRunError at once instead of hanging. The C++ runtime does the same (threads.cc)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
-import queue
 import threading
 import weakref
 from typing import Callable, TypeVar
 
+from aotc.errors import ModelRunError
+
 T = TypeVar("T")
 
+# tvm::runtime::threading::ResetThreadPool(), exported by libtvm_runtime.so (TVM_DLL)
+_RESET_SYMBOL = "_ZN3tvm7runtime9threading15ResetThreadPoolEv"
 _RAN: set[int] = set()     # threads (of this process) whose TVM pool has started
-_STALE: set[int] = set()   # threads whose pool was inherited from a parent process
+_STALE: set[int] = set()   # threads whose pool is the parent's and could not be reset
 _LOCKED = weakref.WeakSet()  # objects with a ``_lock`` to replace in a child
-_HELPER: dict[str, "_Helper"] = {}
+_RESET: list = []          # [the ctypes function], or [None] when the library lacks it
 
 
 def run(work: Callable[[], T]) -> T:
-    """``work()`` (which runs TVM kernels), on a thread whose TVM pool is alive."""
+    """``work()`` (which runs TVM kernels), after checking that this thread's pool is alive."""
     me = threading.get_ident()
     if me in _STALE:
-        return _helper().call(work)
-    _RAN.add(me)
+        raise ModelRunError("this thread's TVM thread pool was started before the process "
+                            "forked and cannot be restarted here (the runtime library has no "
+                            "ResetThreadPool): run the model from another thread of the child")
+    if me not in _RAN:
+        _reset_function()  # resolved here, not in the child right after a fork
+        _RAN.add(me)
     return work()
 
 
@@ -41,42 +51,28 @@ def track_lock(owner) -> None:
     _LOCKED.add(owner)
 
 
-class _Helper:
-    def __init__(self):
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="aotc-after-fork", daemon=True).start()
-
-    def call(self, work: Callable[[], T]) -> T:
-        done: queue.SimpleQueue = queue.SimpleQueue()
-        self._jobs.put((work, done))
-        ok, value = done.get()
-        if ok:
-            return value
-        raise value
-
-    def _serve(self) -> None:
-        while True:
-            work, done = self._jobs.get()
-            try:
-                done.put((True, work()))
-            except BaseException as err:  # pylint: disable=broad-except
-                done.put((False, err))  # re-raised in the calling thread
-
-
-def _helper() -> _Helper:
-    if "helper" not in _HELPER:
-        _HELPER["helper"] = _Helper()
-    return _HELPER["helper"]
+def _reset_function():
+    if not _RESET:
+        from ._tvm_runtime import runtime_library  # pylint: disable=import-outside-toplevel
+        try:
+            _RESET.append(getattr(ctypes.CDLL(str(runtime_library())), _RESET_SYMBOL))
+        except (OSError, AttributeError, ImportError):
+            _RESET.append(None)
+    return _RESET[0]
 
 
 def _after_fork_in_child() -> None:
     me = threading.get_ident()
-    stale = me in _RAN or me in _STALE
+    ran = me in _RAN
     _RAN.clear()
     _STALE.clear()  # the other threads are gone; a new one may reuse an ident
-    if stale:
-        _STALE.add(me)
-    _HELPER.clear()  # the parent's helper thread did not come along
+    if ran:
+        reset = _reset_function()
+        if reset is None:
+            _STALE.add(me)
+        else:
+            reset()
+            _RAN.add(me)
     for owner in list(_LOCKED):
         owner._lock = threading.Lock()  # pylint: disable=protected-access
 

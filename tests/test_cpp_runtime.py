@@ -146,6 +146,64 @@ int main(int, char** argv) {
     assert np.array_equal(np.load(tmp_path / "y.npy"), want)
 
 
+FORK_APP = """
+#include <aotc/model.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+// argv[2]: "run-then-fork" or "fork-first"; the child runs in its forking thread and in a new one.
+int main(int, char** argv) {
+  alarm(60);  // a hang ends the process (SIGALRM) instead of the test run
+  aotc::Model model(argv[1]);
+  auto x = aotc::Empty({1, 8, 12, 12}, DLDataType{kDLFloat, 32, 1});
+  for (int i = 0; i < 8 * 12 * 12; ++i) static_cast<float*>(x.data_ptr())[i] = 0.5f;
+  auto first = model.Run({x})[0];
+  std::vector<float> want(static_cast<float*>(first.data_ptr()),
+                          static_cast<float*>(first.data_ptr()) + 10);
+  if (std::strcmp(argv[2], "fork-first") == 0) {
+    aotc::Model fresh(argv[1]);
+    pid_t pid = fork();
+    if (pid == 0) return fresh.Run({x}).size() == 1 ? 0 : 3;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 9;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int round = 0; round < 3; ++round) {
+      auto got = model.Run({x})[0];
+      if (std::memcmp(got.data_ptr(), want.data(), 10 * sizeof(float)) != 0) return 4;
+    }
+    int from_thread = 5;
+    std::thread([&] { from_thread = model.Run({x}).size() == 1 ? 0 : 6; }).join();
+    return from_thread;
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 9;
+}
+"""
+
+
+@pytest.mark.parametrize("order", ["run-then-fork", "fork-first"])
+def test_cpp_api_works_in_a_forked_child(order, tiny_so, tmp_path):
+    """The child of a process that had run a model hung in TVM's pool (pthread_atfork now
+    sends the forking thread's runs to a helper thread with a fresh pool)."""
+    bundle = package(tiny_so, tmp_path / "bundle")
+    app = tmp_path / "fork_app.cc"
+    app.write_text(FORK_APP)
+    binary = tmp_path / "fork_app"
+    build = run_runner(["g++", "-std=c++17", app, f"-I{bundle.folder / 'include'}",
+                        f"-L{bundle.folder / 'lib'}", "-laotc_model", "-Wl,--no-as-needed",
+                        "-ltvm_runtime", "-Wl,--as-needed", "-ltvm_ffi", "-lpthread",
+                        f"-Wl,-rpath,{bundle.folder / 'lib'}", "-o", binary])
+    assert build.returncode == 0, build.stderr[-2000:]
+    done = run_runner([binary, bundle.model, order])
+    assert done.returncode == 0, (done.returncode, done.stderr)
+
+
 def check_arm_under_qemu(onnx_path: Path, tmp_path: Path, rtol=1e-4, atol=1e-4, feed=None,
                          **compile_args) -> dict:
     """Compile for ARM, bundle, run bin/aotc-run under qemu, compare with onnxruntime on x86;

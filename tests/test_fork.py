@@ -25,11 +25,12 @@ def in_child(work):
         code = 0
         try:
             code = 0 if work() else 3
-        except BaseException as err:
+        except Exception as err:
             print("child failed:", err, flush=True)
             code = 4
-        os._exit(code)
-    return os.waitpid(pid, 0)[1] >> 8
+        sys.exit(code)  # a normal exit: TVM's thread-local pools are destroyed on the way out
+    status = os.waitpid(pid, 0)[1]
+    return status >> 8 if status & 0x7F == 0 else 128 + (status & 0x7F)  # 134: it aborted
 """
 
 CASES = {

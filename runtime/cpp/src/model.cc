@@ -171,8 +171,10 @@ std::vector<ffi::Tensor> Model::Run(const std::vector<ffi::Tensor>& inputs) {
   std::vector<ffi::AnyView> args(placed.begin(), placed.end());
   ffi::Any result;
   try {
-    CallerOnFirstCore placement;
-    main_.CallPacked(args.data(), static_cast<int>(args.size()), &result);
+    RunWithLivePool([&]() {
+      CallerOnFirstCore placement;
+      main_.CallPacked(args.data(), static_cast<int>(args.size()), &result);
+    });
   } catch (const ffi::Error& err) {
     throw Error(std::string("the model failed: ") + err.what());
   }

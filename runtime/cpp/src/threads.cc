@@ -7,8 +7,24 @@
 #include <cstring>
 #include <string>
 
+// Exported by libtvm_runtime (TVM_DLL, include/tvm/runtime/threading_backend.h; the wheel ships
+// no TVM headers): replaces the calling thread's pool with a new one.
+namespace tvm::runtime::threading {
+void ResetThreadPool();
+}  // namespace tvm::runtime::threading
+
 namespace aotc {
 namespace {
+
+thread_local bool t_ran = false;  // this thread's TVM pool has started
+
+// Right after a fork, in the forking thread of the child, before it makes any thread: the
+// parent's workers' joins return at once and TVM starts new ones.
+void AfterForkInChild() {
+  if (t_ran) tvm::runtime::threading::ResetThreadPool();
+}
+
+const int kAtForkRegistered = pthread_atfork(nullptr, nullptr, &AfterForkInChild);
 
 int AllowedCores(cpu_set_t* set) {
   CPU_ZERO(set);
@@ -22,6 +38,12 @@ bool Enabled(const char* name, bool fallback) {
 }
 
 }  // namespace
+
+void RunWithLivePool(const std::function<void()>& work) {
+  (void)kAtForkRegistered;
+  t_ran = true;
+  work();
+}
 
 void SetDefaultThreadCount() {
   if (std::getenv("TVM_NUM_THREADS")) return;

@@ -3,7 +3,16 @@
 #ifndef AOTC_THREADS_H_
 #define AOTC_THREADS_H_
 
+#include <functional>
+
 namespace aotc {
+
+// Runs `work` (which runs TVM kernels), noting that this thread's TVM pool has started. TVM
+// keeps a pool per calling thread; in a forked child the forking thread's pool pointed at
+// workers that do not exist there, and its next parallel kernel waited forever. A
+// pthread_atfork handler resets that pool in the child when the thread had run a model.
+// (Python's runtime does the same: runtime/forks.py.)
+void RunWithLivePool(const std::function<void()>& work);
 
 // TVM's pool takes half the cores on x86 (it assumes hyper-threads) unless TVM_NUM_THREADS is
 // set when it starts: set it, before the first run, to AOTC_NUM_THREADS or every allowed core.
