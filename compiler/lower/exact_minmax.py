@@ -15,6 +15,8 @@ import math
 
 from tvm import relax, te, tirx
 
+from .nan_minmax import nan_max, nan_min
+
 
 def _identity(kind: str, dtype: str):
     if dtype.startswith(("float", "bfloat")):
@@ -29,10 +31,7 @@ def _combine(kind: str, dtype: str):
     if not dtype.startswith(("float", "bfloat")):
         return lambda acc, x: plain(acc, x)  # comm_reducer wants exactly two arguments
 
-    def combine(acc, x):
-        beaten = acc < x if kind == "max" else x < acc  # false when acc is NaN: it stays
-        return tirx.Select(tirx.Or(tirx.isnan(x), beaten), x, acc)
-    return combine
+    return nan_max if kind == "max" else nan_min
 
 
 def _reducer(kind: str, dtype: str):

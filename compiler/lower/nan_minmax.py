@@ -7,7 +7,8 @@ plausible number is a silent wrong answer. Here a float result is NaN when eithe
 integers keep TOPI's kernels. Reductions (ReduceMax, MaxPool) are not these ops and keep theirs.
 
 How: ``relu(x) = select(x < 0, 0, x)`` (NaN < 0 is false, so NaN passes: one compare, as
-before); ``maximum(a, b) = select(isnan(b) or a < b, b, a)``, minimum likewise;
+before); ``maximum(a, b) = select(a < b, b, select(b <= a, a, a + b))`` (both compares
+fail only for NaN, and a + b is then NaN), minimum likewise;
 ``clip(x) = select(x < lo, lo, select(hi < x, hi, x))``: all vectorize to compares and blends.
 
 Where: handed to ``LegalizeOps`` as part of its customize map (passes/lowering)."""
@@ -16,46 +17,69 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax, te, tirx, topi
+from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
 
 
 def _is_float(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
-def _broadcast_index(tensor: te.Tensor, out_ndim: int, index: tuple) -> list:
-    """``index`` of an output of rank ``out_ndim``, as numpy broadcasting reads ``tensor``."""
-    offset = out_ndim - len(tensor.shape)
+def _broadcast_index(tensor: te.Tensor, shape, index: tuple) -> list:
+    """``index`` of an output of ``shape``, as numpy broadcasting reads ``tensor``: 0 on a unit
+    dimension the output extends (the same index elsewhere, so that an operand of the output's
+    shape reads as elementwise and fuses as such)."""
+    offset = len(shape) - len(tensor.shape)
     picked = []
     for k, dim in enumerate(tensor.shape):
-        unit = isinstance(dim, tirx.IntImm) and int(dim) == 1
-        picked.append(tirx.const(0, index[offset + k].ty) if unit else index[offset + k])
+        out = shape[offset + k]
+        extended = _is_one(dim) and not _is_one(out)
+        picked.append(tirx.const(0, index[offset + k].ty) if extended else index[offset + k])
     return picked
 
 
+def _is_one(dim) -> bool:
+    return isinstance(dim, tirx.IntImm) and int(dim) == 1
+
+
+def nan_max(a, b):
+    """max(a, b), NaN if either is: a compare-only form (a call such as isnan makes
+    AnnotateTIROpPattern call the kernel opaque, and FuseOps then left ReLU6 out of the conv)."""
+    return tirx.Select(a < b, b, tirx.Select(b <= a, a, a + b))
+
+
+def nan_min(a, b):
+    return tirx.Select(b < a, b, tirx.Select(a <= b, a, a + b))
+
+
 def _pick(kind: str):
-    def combine(a, b):
-        if kind == "max":
-            return tirx.Select(tirx.Or(tirx.isnan(b), a < b), b, a)
-        return tirx.Select(tirx.Or(tirx.isnan(b), b < a), b, a)
-    return combine
+    return nan_max if kind == "max" else nan_min
 
 
 def _binary(kind: str, default):
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-        a, b = call.args
-        if not _is_float(str(call.ty.dtype)) or not all(
-                isinstance(arg.ty, relax.TensorType) for arg in (a, b)):
+        dtype = str(call.ty.dtype)
+        # a scalar constant operand becomes a TIR constant, as TVM's own legalization does:
+        # with a 0-d tensor operand the kernel is "broadcast", and FuseOps left it out of the
+        # convolution before it (ReLU6 as maximum/minimum ran as two extra kernels)
+        a = _try_convert_to_scalar_const(call.args[0])
+        b = _try_convert_to_scalar_const(call.args[1])
+        if not _is_float(dtype) or not any(isinstance(v, relax.Expr) for v in (a, b)):
             return bb.call_te(default, a, b)
         combine = _pick(kind)
 
-        def compute(x: te.Tensor, y: te.Tensor) -> te.Tensor:
+        def compute(x, y) -> te.Tensor:
             shape = default(x, y).shape  # numpy broadcasting of the two shapes, as TOPI does it
-            ndim = len(shape)
-            return te.compute(shape, lambda *i: combine(x(*_broadcast_index(x, ndim, i)),
-                                                        y(*_broadcast_index(y, ndim, i))),
-                              name=f"T_nan_{kind}imum", tag="broadcast")
+            return te.compute(shape, lambda *i: combine(_read(x, shape, i, dtype),
+                                                        _read(y, shape, i, dtype)),
+                              name=f"T_nan_{kind}imum", tag="elemwise")
         return bb.call_te(compute, a, b, primfunc_name_hint=f"{kind}imum")
     return legalize
+
+
+def _read(operand, shape, index: tuple, dtype: str):
+    if isinstance(operand, te.Tensor):
+        return operand(*_broadcast_index(operand, shape, index))
+    return operand if tvm.ir.is_prim_expr(operand) else tirx.const(operand, dtype)
 
 
 def _relu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
