@@ -20,6 +20,7 @@ from .devices import DEVICES
 from .exotic_dtypes import to_numpy, to_tvm
 from .signature import ModelSignature, TensorSpec
 from . import forks
+from .parallelism import Parallelism
 from .thread_placement import PLACEMENT
 
 
@@ -58,6 +59,8 @@ class Model:
         self._lock = threading.Lock()
         forks.track_lock(self)
         self._staging = InputStaging()
+        self._parallelism = Parallelism(settings.thread_count() if self.device.is_host else 1,
+                                        settings.PARALLELISM.get())
 
     @property
     def target(self) -> dict:
@@ -94,7 +97,9 @@ class Model:
                            for i, a in enumerate(arrays)]
                 if not self.device.is_host:
                     tensors = [self.device.upload(t) for t in tensors]
-                result = forks.run(lambda: PLACEMENT.run(lambda: self._main(*tensors)))
+                result = forks.run(lambda: self._parallelism.run(
+                    lambda: self._main(*tensors),
+                    pool_work=lambda: PLACEMENT.run(lambda: self._main(*tensors))))
             except (RuntimeError, IndexError, ValueError, TypeError) as err:
                 # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
                 raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "

@@ -4,6 +4,8 @@ thread held the model's lock at the fork. Before runtime/forks.py the child of a
 had run the model hung forever in TVM's thread pool. Each case runs in its own process with a
 deadline: a hang fails the test instead of stalling the suite."""
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -63,6 +65,14 @@ with mp.get_context("fork").Pool(2) as pool:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_forked_child_runs_the_model(case, tiny_so):
-    done = subprocess.run([sys.executable, "-c", CHILD_CHECK + CASES[case], str(tiny_so)],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    process = subprocess.Popen([sys.executable, "-c", CHILD_CHECK + CASES[case], str(tiny_so)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=120)
+    finally:  # a hung child must not outlive the test (it spins in TVM's pool)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert process.returncode == 0, output

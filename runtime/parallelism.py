@@ -1,0 +1,178 @@
+"""Each run of a model picks between TVM's thread pool and one thread, by what the CPU gives.
+
+Why: TVM's pool pins its workers to cores and spins between kernels. On an idle machine that
+is the fastest way to run; beside one busy process on the same cores it collapses (a kernel's
+join waits for a pinned worker the scheduler has given to the neighbour: MobileNetV2 ran 10-60x
+its idle time where one thread ran 2x). A thread count fixed at start cannot serve both.
+
+How: a model runs in "pool" mode (every thread) or "inline" mode (TVM's per-thread
+``SetMaxConcurrency(1)``: each parallel loop runs on the calling thread and the pool's workers
+stay asleep). It starts in pool mode and runs its 4th run inline, so that it knows both times.
+It leaves pool mode when the typical pool run takes 1.5x the typical inline run. In inline
+mode it watches the other cores it may use (/proc/stat): once they have been mostly idle since
+the last look, the pool is tried for 3 runs (the first wakes its sleeping workers) and kept
+when its best beats inline; a failed try doubles the wait before the next (up to 256 runs),
+so that a busy machine pays for few slow tries. Typical times are medians of the last 5 runs.
+
+The choice is per Model, and the concurrency setting per calling thread (TVM keeps both the
+pool and the setting per thread), so models on other threads are not affected."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import statistics
+import time
+from collections import deque
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+POOL, INLINE = "pool", "inline"
+_WINDOW = 5            # runs per mode in a typical time
+_SLOWER = 1.5          # a pool run this much slower than inline: contention
+_FIRST_TRY = 8         # runs in inline mode before the first pool try
+_TRIAL = 3             # pool runs in a try (the best counts: the first wakes sleeping workers)
+_PROBE_RUN = 4         # the inline run of pool mode (the pool's first runs start it)
+_LONGEST_WAIT = 256    # runs between pool tries at most
+_IDLE_ENOUGH = 0.6     # share of the other cores idle since the last look to try the pool
+_MIN_JIFFIES = 5       # per core, in a look at /proc/stat
+_SET_MAX = "_ZN3tvm7runtime9threading17SetMaxConcurrencyEi"  # TVM_DLL, per calling thread
+_SYMBOL: list = []
+
+
+class Parallelism:
+    def __init__(self, threads: int, policy: str = "adaptive", clock=time.perf_counter):
+        if policy not in ("adaptive", POOL, INLINE):
+            raise ValueError(f"AOTC_PARALLELISM must be adaptive, pool or inline, got {policy!r}")
+        self.enabled = threads > 1 and policy != POOL and _set_max_concurrency() is not None
+        self.fixed = policy == INLINE
+        self.mode = INLINE if self.fixed else POOL
+        self.times = {POOL: deque(maxlen=_WINDOW), INLINE: deque(maxlen=_WINDOW)}
+        self.wait, self.inline_runs, self.trial = _FIRST_TRY, 0, []
+        self.idle = IdleCores()
+        self.runs, self.clock = 0, clock
+
+    def run(self, work: Callable[[], T], pool_work: Callable[[], T] | None = None) -> T:
+        """``work()`` in the mode chosen for this run (``pool_work`` in pool mode, if given:
+        the caller's placement around the pool's workers)."""
+        if not self.enabled:
+            return (pool_work or work)()
+        mode = self._choose()
+        start = self.clock()
+        if mode == POOL:
+            out = (pool_work or work)()
+        else:
+            out = _inline(work)
+        self._record(mode, self.clock() - start)
+        return out
+
+    def _choose(self) -> str:
+        self.runs += 1
+        if self.fixed:
+            return INLINE
+        if self.mode == POOL:
+            # one inline run once the pool is warm, so that both times are known
+            return INLINE if self.runs == _PROBE_RUN else POOL
+        if self.trial:  # a pool try runs _TRIAL runs in a row: the first wakes the workers
+            return POOL
+        self.inline_runs += 1
+        if self.inline_runs >= self.wait and self.idle.mostly_idle():
+            return POOL
+        return INLINE
+
+    def _record(self, mode: str, seconds: float) -> None:
+        if self.mode == INLINE and mode == POOL:
+            self._record_try(seconds)
+            return
+        self.times[mode].append(seconds)
+        pool, inline = _typical(self.times[POOL]), _typical(self.times[INLINE])
+        if self.mode == POOL and pool is not None and inline is not None \
+                and pool > _SLOWER * inline:
+            self._switch(INLINE)
+
+    def _record_try(self, seconds: float) -> None:
+        self.trial.append(seconds)
+        if len(self.trial) < _TRIAL:
+            return
+        best, self.trial = min(self.trial), []
+        inline = _typical(self.times[INLINE])
+        if inline is None or best < inline:
+            self._switch(POOL)
+            self.times[POOL].append(best)
+        else:  # still slower: wait twice as long before the next try
+            self.wait, self.inline_runs = min(2 * self.wait, _LONGEST_WAIT), 0
+
+    def _switch(self, mode: str) -> None:
+        self.mode, self.inline_runs = mode, 0
+        if mode == POOL:
+            self.wait = _FIRST_TRY
+            self.times[POOL].clear()
+        else:
+            self.idle.restart()
+
+
+def _typical(times) -> float | None:
+    return statistics.median(times) if times else None
+
+
+def _inline(work: Callable[[], T]) -> T:
+    set_max = _set_max_concurrency()
+    set_max(1)
+    try:
+        return work()
+    finally:
+        set_max(0)  # 0: TVM_NUM_THREADS again
+
+
+def _set_max_concurrency():
+    if not _SYMBOL:
+        from ._tvm_runtime import runtime_library  # pylint: disable=import-outside-toplevel
+        try:
+            function = getattr(ctypes.CDLL(str(runtime_library())), _SET_MAX)
+            function.argtypes, function.restype = [ctypes.c_int], None
+            _SYMBOL.append(function)
+        except (OSError, AttributeError, ImportError):
+            _SYMBOL.append(None)
+    return _SYMBOL[0]
+
+
+class IdleCores:
+    """Share of time the allowed cores other than one (the calling thread's) were idle since
+    the last call, from /proc/stat; 0 where it cannot be read (then the pool is not tried)."""
+
+    def __init__(self):
+        self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.last = self._read()
+
+    def mostly_idle(self) -> bool:
+        now = self._read()
+        if not now or not self.last or len(self.cores) < 2:
+            return False
+        idle = sum(now[c][0] - self.last[c][0] for c in now if c in self.last)
+        total = sum(now[c][1] - self.last[c][1] for c in now if c in self.last)
+        if total < _MIN_JIFFIES * len(self.cores):
+            return False  # too short a time to tell (jiffies are 10 ms): keep measuring
+        self.last = now
+        # our own thread keeps one core busy: the others' idle share
+        others = (len(self.cores) - 1) / len(self.cores)
+        return idle / total >= _IDLE_ENOUGH * others
+
+    def restart(self) -> None:
+        self.last = self._read()
+
+    def _read(self) -> dict[int, tuple[int, int]]:
+        """core -> (idle jiffies, all jiffies)."""
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                lines = [line.split() for line in f if line.startswith("cpu")]
+        except OSError:
+            return {}
+        out = {}
+        for fields in lines:
+            if fields[0] == "cpu" or int(fields[0][3:]) not in self.cores:
+                continue
+            values = [int(v) for v in fields[1:]]
+            out[int(fields[0][3:])] = (values[3] + values[4], sum(values[:8]))
+        return out
