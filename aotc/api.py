@@ -136,6 +136,9 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     will be compiled with: its int8 kernels are tuned (calibrated the same way, so that the
     workload keys match at compile time).
     Returns the tuning report (aotc.schedules.tune.TuneReport)."""
+    if rpc is not None:  # before TVM loads: a dead tracker is reported in seconds
+        from aotc.farm import check_tracker
+        check_tracker(rpc)
     from aotc.schedules import target_key
     from aotc.schedules import log as tuning_log
     from aotc.schedules.tune import Budget, tune as run_tuner

@@ -238,6 +238,9 @@ def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, 
              number, repeat, min_repeat_ms, cache_flush, trust_pickle, precision, **quantize):
     """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
     those that beat the default rules). Resumes: finished kernels in the log are skipped."""
+    if rpc:  # before anything imports TVM: a dead tracker is reported in seconds
+        from aotc.farm import check_tracker
+        check_tracker(rpc)
     from aotc.api import tune
     from aotc.compiler.frontends.shapes import parse_input_shape
     from aotc.options import CompileOptions
@@ -417,33 +420,23 @@ def farm_tracker_cmd(host, port):
 @_guard
 def farm_server_cmd(tracker, key, target, host, port, cpp, arch):
     """Run a server for this machine (or an emulated board), registered under KEY, until
-    Ctrl-C / SIGTERM."""
+    Ctrl-C / SIGTERM. Waits for the tracker as long as it takes, and restarts the server when
+    it exits (a tracker restart)."""
     from aotc import farm
-    from aotc.schedules.farm import Farm, servers_of
+    from aotc.schedules.farm import Farm, summary
     if target:
         from aotc.targets import resolve
         resolve(target)
     located = Farm.parse(tracker, key)
-    servers_of_before = _count_or_zero(servers_of, located)
-    if cpp or arch:
-        server = farm.start_cpp_server(tracker, key, arch, host, port, log=sys.stderr)
-    else:
-        server = farm.start_server(tracker, key, host, port, log=sys.stderr)
-    farm.wait_for(lambda: _count_or_zero(servers_of, located) > servers_of_before, 60,
-                  f"server registering as {key!r} at {tracker}", server)
-    click.echo(f"server {key!r} registered at {tracker}")
-    sys.exit(farm.run_foreground(server))
 
+    def start():
+        server = farm.start_cpp_server(tracker, key, arch, host, port, log=sys.stderr) \
+            if cpp or arch else farm.start_server(tracker, key, host, port, log=sys.stderr)
+        click.echo(f"started {server.name}", err=True)
+        return server
 
-def _count_or_zero(servers_of, located) -> int:
-    """Servers of the key; 0 when there are none yet (a tracker that is down still raises)."""
-    from aotc.schedules.farm import FarmError, TrackerUnreachable
-    try:
-        return servers_of(located)
-    except TrackerUnreachable:
-        raise
-    except FarmError:
-        return 0
+    sys.exit(farm.supervise(start, lambda: summary(located.host, located.port),
+                            f"tracker {tracker}", say=lambda m: click.echo(m, err=True)))
 
 
 @farm_group.command("status")

@@ -34,6 +34,14 @@ class CompileError(AotcError):
     """TVM failed while compiling; the message says at which phase."""
 
 
+class FarmError(AotcError):
+    """The farm cannot serve: tracker down or frozen, or no server of the key."""
+
+
+class TrackerUnreachable(FarmError):
+    """The tracker does not answer (down, frozen, or not a tracker)."""
+
+
 # Lines of a TVM error that never say what went wrong: TVMScript's trailer, the caret and gutter
 # lines of a DiagnosticError, and the backtrace hint.
 _NOISE_PREFIXES = ("# Metadata omitted", "note: run with", "-->", "|", "^", "File ", "Traceback (most recent")

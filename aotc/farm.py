@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from aotc.errors import AotcError
+from aotc.errors import AotcError, TrackerUnreachable
 
 PORT_RANGE = 100   # TVM binds the first free port of [port, port + range)
 STOP_GRACE_S = 5.0
@@ -101,17 +101,71 @@ def wait_for(check, timeout_s: float, what: str, process: FarmProcess | None = N
     raise FarmProcessError(f"{what}: not ready after {timeout_s:.0f} s")
 
 
+class _Stop(Exception):
+    """SIGTERM arrived (raised out of whatever the main thread was waiting in)."""
+
+
+def _raise_stop(_signum, _frame):
+    # Only raise here: the main thread may be inside Popen.wait, whose lock a second wait
+    # from the handler would wait for forever (every `systemctl stop` ended in SIGKILL).
+    raise _Stop
+
+
 def run_foreground(process: FarmProcess) -> int:
-    """Wait for ``process``; Ctrl-C or SIGTERM stops its whole group."""
-    def stop(_signum, _frame):
-        process.stop()
-        raise SystemExit(0)
-    signal.signal(signal.SIGTERM, stop)
+    """Wait for ``process``; Ctrl-C or SIGTERM stops its whole group (and reaps it)."""
+    signal.signal(signal.SIGTERM, _raise_stop)
     try:
         return process.popen.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stop):
         process.stop()
         return 0
+
+
+def supervise(start, ready, what: str, say=print) -> int:
+    """Run the server ``start()`` returns until SIGTERM / Ctrl-C, as a daemon should: wait for
+    ``ready()`` (its tracker answering) first, retrying with back-off (1 s doubling to 30 s)
+    for as long as it takes, since devices and trackers boot in any order; start it again
+    whenever it exits (TVM's server gives up on a tracker gone for 60 s), once the tracker is
+    back. Returns 0 when stopped."""
+    signal.signal(signal.SIGTERM, _raise_stop)
+    process = None
+    try:
+        while True:
+            _wait_ready(ready, what, say)
+            process = start()
+            code = process.popen.wait()
+            say(f"{process.name} exited with code {code}; starting it again")
+            process = None
+    except (KeyboardInterrupt, _Stop):
+        if process is not None:
+            process.stop()
+        return 0
+
+
+def _wait_ready(ready, what: str, say) -> None:
+    delay = 1.0
+    while True:
+        try:
+            if ready():
+                return
+        except AotcError as err:
+            say(f"{what}: {err}; retrying in {delay:.0f} s")
+        time.sleep(delay)
+        delay = min(2 * delay, 30.0)
+
+
+def check_tracker(address: str, timeout_s: float = 3.0) -> None:
+    """TrackerUnreachable within ``timeout_s`` when nothing accepts connections at ``address``
+    (HOST:PORT): checked before anything heavy is imported, so that a wrong or dead tracker is
+    reported at once, not after TVM has loaded."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise TrackerUnreachable(f"{address!r}: expected HOST:PORT of a TVM RPC tracker")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise TrackerUnreachable(f"tracker {address} is not reachable: {err}") from None
 
 
 def free_port(host: str = "127.0.0.1") -> int:

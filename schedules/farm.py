@@ -10,7 +10,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from aotc.errors import AotcError
+from aotc.errors import FarmError, TrackerUnreachable
 
 # TVM's tracker protocol (tvm/rpc/base.py): magic, then JSON messages with a length prefix.
 _TRACKER_MAGIC = 0x2F271
@@ -18,12 +18,7 @@ _SUMMARY = 6   # TrackerCode.SUMMARY
 _SUCCESS = 0
 
 
-class FarmError(AotcError):
-    """The farm cannot serve: tracker down or frozen, or no server of the key."""
-
-
-class TrackerUnreachable(FarmError):
-    """The tracker does not answer (down, frozen, or not a tracker)."""
+__all__ = ["Farm", "FarmError", "TrackerUnreachable", "servers_of", "summary"]
 
 
 @dataclass(frozen=True)

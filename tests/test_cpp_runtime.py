@@ -119,6 +119,17 @@ def test_bundle_runs_without_python_or_environment(tiny_so, tmp_path):
     assert "y: float32[1,10]" in done.stdout
 
 
+def build_against_bundle(source: Path, bundle) -> Path:
+    """An application built from ``source`` against the bundle's API and libraries."""
+    binary = source.with_suffix("")
+    build = run_runner(["g++", "-std=c++17", source, f"-I{bundle.folder / 'include'}",
+                        f"-L{bundle.folder / 'lib'}", "-laotc_model", "-Wl,--no-as-needed",
+                        "-ltvm_runtime", "-Wl,--as-needed", "-ltvm_ffi", "-lpthread",
+                        f"-Wl,-rpath,{bundle.folder / 'lib'}", "-o", binary])
+    assert build.returncode == 0, build.stderr[-2000:]
+    return binary
+
+
 def test_application_builds_against_the_bundle_api(tiny_so, tmp_path):
     bundle = package(tiny_so, tmp_path / "bundle")
     app = tmp_path / "app.cc"
@@ -134,12 +145,7 @@ int main(int, char** argv) {
   std::printf("%s %zu\\n", model.metadata().inputs[0].ToString().c_str(), outputs.size());
 }
 """)
-    binary = tmp_path / "app"
-    build = run_runner(["g++", "-std=c++17", app, f"-I{bundle.folder / 'include'}",
-                        f"-L{bundle.folder / 'lib'}", "-laotc_model", "-Wl,--no-as-needed",
-                        "-ltvm_runtime", "-Wl,--as-needed", "-ltvm_ffi", "-lpthread",
-                        f"-Wl,-rpath,{bundle.folder / 'lib'}", "-o", binary])
-    assert build.returncode == 0, build.stderr[-2000:]
+    binary = build_against_bundle(app, bundle)
     done = run_runner([binary, bundle.model, tmp_path / "y.npy"])
     assert done.returncode == 0 and "x: float32[1,8,12,12] 1" in done.stdout, done.stderr
     want = aotc.load(tiny_so).run({"x": np.full((1, 8, 12, 12), 0.5, np.float32)})["y"]
@@ -190,17 +196,11 @@ int main(int, char** argv) {
 @pytest.mark.parametrize("order", ["run-then-fork", "fork-first"])
 def test_cpp_api_works_in_a_forked_child(order, tiny_so, tmp_path):
     """The child of a process that had run a model hung in TVM's pool (pthread_atfork now
-    sends the forking thread's runs to a helper thread with a fresh pool)."""
+    replaces the forking thread's pool in the child)."""
     bundle = package(tiny_so, tmp_path / "bundle")
     app = tmp_path / "fork_app.cc"
     app.write_text(FORK_APP)
-    binary = tmp_path / "fork_app"
-    build = run_runner(["g++", "-std=c++17", app, f"-I{bundle.folder / 'include'}",
-                        f"-L{bundle.folder / 'lib'}", "-laotc_model", "-Wl,--no-as-needed",
-                        "-ltvm_runtime", "-Wl,--as-needed", "-ltvm_ffi", "-lpthread",
-                        f"-Wl,-rpath,{bundle.folder / 'lib'}", "-o", binary])
-    assert build.returncode == 0, build.stderr[-2000:]
-    done = run_runner([binary, bundle.model, order])
+    done = run_runner([build_against_bundle(app, bundle), bundle.model, order])
     assert done.returncode == 0, (done.returncode, done.stderr)
 
 
