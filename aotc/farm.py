@@ -66,8 +66,8 @@ def start_tracker(host: str = "127.0.0.1", port: int = 9190, log=None) -> FarmPr
 
 def start_server(tracker: str, key: str, host: str = "127.0.0.1", port: int = 9300,
                  log=None) -> FarmProcess:
-    return _start(f"server {key}@{tracker}",
-                  ["tvm.exec.rpc_server", "--tracker", tracker, "--key", key, "--host", host,
+    return _start(f"server {key}@{tracker}",  # TVM's server with a handshake deadline
+                  ["aotc.farm_server", "--tracker", tracker, "--key", key, "--host", host,
                    "--port", str(port), "--port-end", str(port + PORT_RANGE)], log)
 
 

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -93,3 +94,37 @@ def test_tune_reports_an_unreachable_tracker_in_seconds(tiny_onnx, tmp_path):
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and "not reachable" in done.stderr + done.stdout
     assert time.monotonic() - start < 5
+
+
+def test_a_silent_client_does_not_block_the_server(cleanup):
+    """One client connects to the server and sends nothing; a real session through the
+    tracker still starts (TVM's server waited on the silent one for as long as it stayed)."""
+    import socket
+
+    from tvm import rpc
+    port = free_port()
+    tracker = start_tracker("127.0.0.1", port)
+    cleanup.append(tracker.popen.pid)
+    wait_for(lambda: summary("127.0.0.1", port), 60, "tracker")
+    farm = Farm("127.0.0.1", port, "x86")
+    server = _daemon("server", "--tracker", f"127.0.0.1:{port}", "--key", "x86",
+                     "--port", str(free_port()))
+    cleanup.append(server.pid)
+    wait_for(lambda: _registered(farm) == 1, 60, "server registered")
+    info = next(s for s in summary("127.0.0.1", port)["server_info"] if s["key"] == "server:x86")
+    silent = socket.create_connection(tuple(info["addr"]), timeout=5)
+    got = {}
+
+    def request():
+        session = rpc.connect_tracker("127.0.0.1", port).request("x86", session_timeout=60)
+        got["exists"] = session.cpu(0).exist
+
+    try:  # in a thread: without the deadline the request waits as long as the silent client
+        thread = threading.Thread(target=request, daemon=True)
+        thread.start()
+        thread.join(45)
+        assert got.get("exists"), "no session within 45 s beside a silent client"
+    finally:
+        silent.close()
+    assert _stop_within(server, 10) < 10
+    tracker.stop()
