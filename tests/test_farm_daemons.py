@@ -52,16 +52,22 @@ def cleanup():
             pass
 
 
-def test_sigterm_stops_tracker_and_server_with_their_children(cleanup):
-    port = free_port()
-    tracker = _daemon("tracker", "--port", str(port))
-    cleanup.append(tracker.pid)
-    wait_for(lambda: summary("127.0.0.1", port), 60, "tracker")
+def _registered_server(port: int, cleanup: list) -> subprocess.Popen:
+    """`aotc farm server` for key x86 at the tracker on ``port``, once it has registered."""
     farm = Farm("127.0.0.1", port, "x86")
     server = _daemon("server", "--tracker", f"127.0.0.1:{port}", "--key", "x86",
                      "--port", str(free_port()))
     cleanup.append(server.pid)
     wait_for(lambda: _registered(farm) == 1, 60, "server registered")
+    return server
+
+
+def test_sigterm_stops_tracker_and_server_with_their_children(cleanup):
+    port = free_port()
+    tracker = _daemon("tracker", "--port", str(port))
+    cleanup.append(tracker.pid)
+    wait_for(lambda: summary("127.0.0.1", port), 60, "tracker")
+    server = _registered_server(port, cleanup)
     for process in (server, tracker):
         assert _stop_within(process, 10) < 10
         assert process.returncode == 0, process.stderr.read()[-2000:]
@@ -106,11 +112,7 @@ def test_a_silent_client_does_not_block_the_server(cleanup):
     tracker = start_tracker("127.0.0.1", port)
     cleanup.append(tracker.popen.pid)
     wait_for(lambda: summary("127.0.0.1", port), 60, "tracker")
-    farm = Farm("127.0.0.1", port, "x86")
-    server = _daemon("server", "--tracker", f"127.0.0.1:{port}", "--key", "x86",
-                     "--port", str(free_port()))
-    cleanup.append(server.pid)
-    wait_for(lambda: _registered(farm) == 1, 60, "server registered")
+    server = _registered_server(port, cleanup)
     info = next(s for s in summary("127.0.0.1", port)["server_info"] if s["key"] == "server:x86")
     silent = socket.create_connection(tuple(info["addr"]), timeout=5)
     got = {}
