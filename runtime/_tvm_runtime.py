@@ -7,6 +7,7 @@ it is installed, so torch is hidden from it during its import."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -29,6 +30,18 @@ def runtime_library() -> Path:
     if not lib.is_file():
         raise ImportError(f"libtvm_runtime.so not found at {lib}")
     return lib
+
+
+@functools.lru_cache(maxsize=None)
+def runtime_function(symbol: str, argtypes: tuple = ()):
+    """A C++ function libtvm_runtime.so exports (TVM_DLL, by its mangled name), as a ctypes
+    function returning nothing; None when the library lacks it. Looked up once per process."""
+    try:
+        function = getattr(ctypes.CDLL(str(runtime_library())), symbol)
+    except (OSError, AttributeError, ImportError):
+        return None
+    function.argtypes, function.restype = list(argtypes), None
+    return function
 
 
 def _import_tvm_ffi():

@@ -15,13 +15,14 @@ ModelRunError at once instead of hanging. The C++ runtime does the same (threads
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import weakref
 from typing import Callable, TypeVar
 
 from aotc.errors import ModelRunError
+
+from ._tvm_runtime import runtime_function
 
 T = TypeVar("T")
 
@@ -30,7 +31,6 @@ _RESET_SYMBOL = "_ZN3tvm7runtime9threading15ResetThreadPoolEv"
 _RAN: set[int] = set()     # threads (of this process) whose TVM pool has started
 _STALE: set[int] = set()   # threads whose pool is the parent's and could not be reset
 _LOCKED = weakref.WeakSet()  # objects with a ``_lock`` to replace in a child
-_RESET: list = []          # [the ctypes function], or [None] when the library lacks it
 
 
 def run(work: Callable[[], T]) -> T:
@@ -52,13 +52,7 @@ def track_lock(owner) -> None:
 
 
 def _reset_function():
-    if not _RESET:
-        from ._tvm_runtime import runtime_library  # pylint: disable=import-outside-toplevel
-        try:
-            _RESET.append(getattr(ctypes.CDLL(str(runtime_library())), _RESET_SYMBOL))
-        except (OSError, AttributeError, ImportError):
-            _RESET.append(None)
-    return _RESET[0]
+    return runtime_function(_RESET_SYMBOL)
 
 
 def _after_fork_in_child() -> None:

@@ -27,6 +27,8 @@ import time
 from collections import deque
 from typing import Callable, TypeVar
 
+from ._tvm_runtime import runtime_function
+
 T = TypeVar("T")
 
 POOL, INLINE = "pool", "inline"
@@ -39,7 +41,6 @@ _LONGEST_WAIT = 256    # runs between pool tries at most
 _IDLE_ENOUGH = 0.6     # share of the other cores idle since the last look to try the pool
 _MIN_JIFFIES = 5       # per core, in a look at /proc/stat
 _SET_MAX = "_ZN3tvm7runtime9threading17SetMaxConcurrencyEi"  # TVM_DLL, per calling thread
-_SYMBOL: list = []
 
 
 class Parallelism:
@@ -127,15 +128,7 @@ def _inline(work: Callable[[], T]) -> T:
 
 
 def _set_max_concurrency():
-    if not _SYMBOL:
-        from ._tvm_runtime import runtime_library  # pylint: disable=import-outside-toplevel
-        try:
-            function = getattr(ctypes.CDLL(str(runtime_library())), _SET_MAX)
-            function.argtypes, function.restype = [ctypes.c_int], None
-            _SYMBOL.append(function)
-        except (OSError, AttributeError, ImportError):
-            _SYMBOL.append(None)
-    return _SYMBOL[0]
+    return runtime_function(_SET_MAX, (ctypes.c_int,))
 
 
 class IdleCores:
