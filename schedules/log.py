@@ -113,24 +113,24 @@ def _parse(path: str | Path) -> tuple[list[Record], list[str]]:
                     elif data["aotc_tuning_record"] != VERSION:
                         problem = f"record version {data['aotc_tuning_record']}, reader {VERSION}"
                     else:
-                        problem = _record_problem(data)
-                        if problem is None:
-                            records.append(Record(**data))
+                        record, problem = _checked_record(data)
+                        if record is not None:
+                            records.append(record)
             if problem:
                 warnings.append(f"{path}:{number}: skipped ({problem})")
     return records, warnings
 
 
-def _record_problem(data: dict) -> str | None:
-    """Why a parsed line is not a usable record (None: it is). Its trace must pass
-    trace_check: a record is data, and nothing it carries may become code or open a file."""
+def _checked_record(data: dict) -> tuple[Record | None, str | None]:
+    """(the record of a parsed line, None), or (None, why it is not usable). Its trace must
+    pass trace_check: a record is data, and nothing it carries may become code or open a file."""
     data.pop("aotc_tuning_record")
     try:
         record = Record(**data)
     except TypeError as err:
-        return f"fields do not match: {err}"
+        return None, f"fields do not match: {err}"
     problem = trace_problem(record.trace)
-    return f"unsafe trace, {problem}" if problem else None
+    return (None, f"unsafe trace, {problem}") if problem else (record, None)
 
 
 def best_records(paths, target: str, beating_default: bool = True,
