@@ -28,6 +28,7 @@ from .kernel_table import kernel_table
 from .memory_report import memory_report
 from .lower import tuned_functions, tuning_share, unscheduled_functions
 from .pipeline import in_phase, run_phases
+from .runtime_deps import check_runtime_only
 
 Progress = Callable[[str], None]
 
@@ -82,6 +83,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     explanation = Explanation() if options.explain else None
     mod = in_phase("optimize", lambda: run_phases(model.mod, spec, target, options,
                                                lambda p: say(f"phase {p}"), explanation))
+    in_phase("runtime check", lambda: check_runtime_only(mod))
     say("phase codegen (LLVM)")
     codegen_start = time.perf_counter()
     executable = in_phase("codegen", lambda: relax.build(

@@ -27,3 +27,19 @@ def tiny_so(tiny_onnx, tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny_so") / "tiny.so"
     aotc.compile(tiny_onnx, target="x86", output=out)
     return out
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "in_process: the test loads compiled models in its own process (tests of "
+                   "the runtime's internals); every other test's models run in a process that "
+                   "never loaded TVM's compiler (fresh_runner.py)")
+
+
+@pytest.fixture(autouse=True)
+def models_run_in_a_fresh_process(request, monkeypatch):
+    if request.node.get_closest_marker("in_process"):
+        return
+    import aotc.runtime
+    import fresh_runner
+    monkeypatch.setattr(aotc.runtime, "load", fresh_runner.load)

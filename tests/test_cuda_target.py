@@ -57,6 +57,7 @@ def test_kernels_are_scheduled_and_no_source_ships(cuda_builds):
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU is present")
+@pytest.mark.in_process
 def test_runtime_without_a_gpu_says_so(cuda_builds):
     # in a fresh process, as deployed: this one compiled for CUDA and holds a stub driver
     code = ("import aotc, sys\ntry:\n    aotc.load(sys.argv[1])\n"

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 import onnx
 from click.testing import CliRunner
 from onnx import TensorProto, helper
@@ -40,6 +41,7 @@ def test_kernel_table_counts_calls_and_flops(tmp_path):
         assert all(arg["shape"] for arg in entry["args"])  # all static here
 
 
+@pytest.mark.in_process
 def test_profile_times_every_kernel_and_sums_by_calls(tmp_path):
     aotc.compile(_two_matmuls(tmp_path / "mm.onnx"), output=tmp_path / "mm.so")
     report = profile(aotc.load(tmp_path / "mm.so"), repeats=3)
@@ -51,6 +53,7 @@ def test_profile_times_every_kernel_and_sums_by_calls(tmp_path):
     assert "GFLOP/s" in text and "end-to-end" in text
 
 
+@pytest.mark.in_process
 def test_profile_cli_prints_table_and_writes_json(tiny_so, tmp_path):
     out = tmp_path / "p.json"
     result = CliRunner().invoke(main, ["profile", str(tiny_so), "--runs", "2", "--json", str(out)])

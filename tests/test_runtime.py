@@ -81,6 +81,7 @@ def _unaligned_copy(x: np.ndarray) -> np.ndarray:
     return u
 
 
+@pytest.mark.in_process
 def test_unaligned_inputs_reuse_one_staging_buffer_and_outputs_stay_theirs(tmp_path):
     """Unaligned inputs are copied into one aligned buffer per input, kept between runs. A
     model whose output is its input (Identity) would hand back that buffer: each result is

@@ -49,6 +49,7 @@ def test_wrong_dtype_still_refused_whatever_the_byte_order(model, x):
         model(x=x.astype(">f8"))
 
 
+@pytest.mark.in_process
 def test_relative_path_loads(tiny_so, x, monkeypatch):
     monkeypatch.chdir(tiny_so.parent)
     np.testing.assert_array_equal(aotc.load(tiny_so.name)(x=x)["y"], aotc.load(tiny_so)(x=x)["y"])

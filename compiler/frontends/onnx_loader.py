@@ -114,7 +114,7 @@ def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
         if expanded is model:
             break
         model = expanded
-    model, _folded = fold_constants(model, info(model))
+    model = fold_to_fixpoint(model, info)
     if needs_carrying(model):
         model = carry_narrow_types(model, info(model))
     # Inlined If branches and unrolled Scan bodies get their shape arithmetic folded and their
@@ -123,7 +123,23 @@ def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
         model, rewritten = apply_rewrites(model, info(model))
         if not any(op in rewritten for op in INLINING):
             break
-        model, _folded = fold_constants(model, info(model))
+        model = fold_to_fixpoint(model, info)
+    return model
+
+
+MAX_FOLD_ROUNDS = 32
+
+
+def fold_to_fixpoint(model: onnx.ModelProto, info) -> onnx.ModelProto:
+    """Fold, infer shapes again, fold again, until a round folds nothing: a folded value can
+    make a shape further down static (Shape -> Gather -> Range -> ... -> Expand in YOLO-style
+    anchor heads; Shape -> Slice -> Concat -> Reshape -> Squeeze in Paddle OCR), which only a
+    new shape inference sees. Every round folds at least one node, so the count is bounded by
+    the graph; the cap only guards against a fold that keeps re-creating work."""
+    for _round in range(MAX_FOLD_ROUNDS):
+        model, folded = fold_constants(model, info(model))
+        if not folded:
+            break
     return model
 
 
