@@ -13,12 +13,14 @@ from functools import partial
 
 import onnx
 import tvm
+from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend
 
 from .onnx_ops import model_opset
 from .onnx_bitcast import bitcast
 from .onnx_runtime_axes import REDUCTIONS, convert_reduction
 from .onnx_runtime_params import CONVERTERS as RUNTIME_PARAM_CONVERTERS
+from .onnx_symbolic import SymbolicShapes
 
 # op -> converter(bb, inputs, attrs, opset, params) returning a Relax expr, or None
 OWN_RELAX_CONVERTERS = {**{op: partial(convert_reduction, op) for op in REDUCTIONS},
@@ -39,7 +41,19 @@ class AotcImporter(onnx_frontend.ONNXGraphImporter):
         nodes_only.node.extend(n for n in graph.node if n.op_type not in RELAX_ONLY)
         return super()._check_for_unsupported_ops(nodes_only)
 
+    def _parse_graph_input(self, graph):
+        super()._parse_graph_input(graph)
+        self.symbolic = SymbolicShapes(self.bb)
+        for value in self._inputs.values():
+            shape = getattr(value.ty, "shape", None)
+            if isinstance(shape, relax.ShapeExpr):
+                self.symbolic.bound_dims(shape.values)
+
     def _convert_operator(self, op_name, inputs, attrs, opset):
+        symbolic = getattr(self, "symbolic", None)
+        result = symbolic.convert(op_name, inputs, attrs) if symbolic is not None else None
+        if result is not None:
+            return self.bb.normalize(result)
         own = OWN_RELAX_CONVERTERS.get(op_name)
         params = [self._nodes, self._params]
         result = own(self.bb, inputs, attrs, opset, params) if own else None

@@ -199,15 +199,12 @@ def output_shape_pads(attrs: dict, spatial: list[int], kernel: list[int]):
 def bidirectional_expand(node, info):
     """ONNX Expand broadcasts both ways (shape [2, 1, 6] on data [3, 1] gives [2, 3, 6]); TVM
     takes the shape as the output's. A constant shape (shape arithmetic is folded first) is
-    replaced by the broadcast of both. A shape only known at run time is refused: TVM's result
-    would be wrong whenever the shape holds a 1 where the data does not."""
+    replaced by the broadcast of both. A shape or data shape known only at run time is left to
+    the importer's symbolic converter (onnx_symbolic.py), which broadcasts both ways too."""
     data, shape_in = node.input[0], node.input[1]
     data_shape = info.shape(data)
     if shape_in not in info.constants or not data_shape or None in data_shape:
-        raise UnsupportedModelError(
-            f"Expand node {node.name!r}: its shape {shape_in!r} is only known at run time; TVM "
-            "broadcasts it one way only (wrong when it holds a 1 where the data does not). Fix "
-            "the input shapes (--input-shape) so that it folds to a constant")
+        return None  # known only at run time: onnx_symbolic.py broadcasts it both ways
     wanted = [int(d) for d in info.constants[shape_in]]
     full = list(np.broadcast_shapes(tuple(data_shape), tuple(wanted)))
     if full == wanted:

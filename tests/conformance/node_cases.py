@@ -12,6 +12,7 @@ worker, not the runner. Statuses:
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 import warnings
@@ -20,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: fresh_runner
 
 ENGINES = ("aotc", "tvm", "onnxruntime")
 
@@ -109,9 +112,11 @@ def _aotc(model, feed) -> list:
         except Exception as err:  # pylint: disable=broad-except  # every failure is a result
             kind = "" if isinstance(err, AotcError) else "(not an aotc error) "
             raise _Failed("compile", kind + _one_line(err)) from None
+        import fresh_runner  # the model runs where TVM's compiler was never loaded
         try:
-            loaded = aotc.load(out)
-            return list(loaded.run(feed).values())
+            return list(fresh_runner.load(out).run(feed).values())
+        except fresh_runner.RunnerDied as err:
+            raise _Failed("crash", str(err)) from None
         except Exception as err:  # pylint: disable=broad-except
             raise _Failed("run", _one_line(err)) from None
 

@@ -9,11 +9,14 @@ whose results are random or undefined (rand*, dropout, empty*)."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: fresh_runner
 
 # Results that are random or uninitialized: no reference to compare with.
 NONDETERMINISTIC = ("rand", "normal", "bernoulli", "multinomial", "dropout", "uniform",
@@ -127,8 +130,11 @@ def _compile_and_compare(module, tensors, expected) -> tuple[str, str]:
         except Exception as err:  # pylint: disable=broad-except  # every failure is a result
             kind = "" if isinstance(err, AotcError) else "(not an aotc error) "
             return "compile", f"{kind}{type(err).__name__}: {meaningful_line(err)}"
+        import fresh_runner  # the model runs where TVM's compiler was never loaded
         try:
-            got = list(aotc.load(out)(*[t.numpy() for t in tensors]).values())
+            got = list(fresh_runner.load(out)(*[t.numpy() for t in tensors]).values())
+        except fresh_runner.RunnerDied as err:
+            return "crash", str(err)
         except Exception as err:  # pylint: disable=broad-except
             return "run", f"{type(err).__name__}: {meaningful_line(err)}"
     return _compare(got, [_to_numpy(e) for e in expected])

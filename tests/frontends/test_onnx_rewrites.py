@@ -113,10 +113,16 @@ def test_expand_broadcasts_both_ways(tmp_path):
     assert got["y"].shape == (2, 3, 6)  # TVM gave [2, 1, 6]
 
 
-def test_expand_to_a_run_time_shape_is_refused(tmp_path):
-    onnx.save(_expand_model(True), tmp_path / "expand_dyn.onnx")
-    with pytest.raises(UnsupportedModelError, match="only known at run time"):
-        compile_and_load(tmp_path / "expand_dyn.onnx", tmp_path)
+@pytest.mark.parametrize("shape", [[2, 1, 6], [1, 1, 1], [3, 4]])
+def test_expand_to_a_run_time_shape_broadcasts_both_ways(tmp_path, shape):
+    """The shape is an input: the target is computed when the model runs (a 1 in the shape
+    keeps the data's dim). It was refused; TVM alone broadcasts one way ([2, 1, 6] on [3, 1]
+    is [2, 3, 6], not [2, 1, 6])."""
+    model = _expand_model(True)
+    model.graph.input[1].type.tensor_type.shape.dim[0].dim_value = len(shape)
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    _, got = _check(model, tmp_path, {"x": x, "s": np.array(shape, np.int64)}, "expand_dyn")
+    assert got["y"].shape == np.broadcast_shapes((3, 1), tuple(shape))
 
 
 def test_bitshift_out_of_range_follows_onnx(tmp_path):
