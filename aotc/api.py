@@ -42,7 +42,7 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
     say = progress or (lambda _msg: None)
     say("importing model")
     imported = import_model(model, input_shapes=input_shapes, example_inputs=example_inputs,
-                            trust_pickle=options.trust_pickle)
+                            options=options)
     dump = dump_ir or options.dump_ir or settings.DUMP_IR.get() or None
     options = dataclasses.replace(options, dump_ir=Path(dump) if dump else None)
     logs = _tuning_logs(tuning_logs, shipped_logs)
@@ -207,7 +207,7 @@ def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_input
     tvm_target = tvm.target.Target(spec.tvm_target)
     say("importing model")
     imported = import_model(model, input_shapes=input_shapes, example_inputs=example_inputs,
-                            trust_pickle=options.trust_pickle)
+                            options=options)
     if quantize is not None:  # the int8 kernels compile will make: same calibration
         from aotc.compiler.build import finalize_pipeline
         from aotc.compiler.quantize.driver import prepare

@@ -127,6 +127,12 @@ PRECISION_OPTION = click.option(
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False))
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D1,D2,...",
               help="Fix an input's shape (repeatable).")
+@click.option("--input-range", "input_range", multiple=True, metavar="DIM=MIN:MAX",
+              help="Sizes a symbolic dim (by its name in the model) may take; the runtime "
+                   "refuses others (repeatable).")
+@click.option("--bind", "bind", multiple=True, metavar="NAME=V[,V...]",
+              help="Make an input a constant of the model (then folded: an If on it keeps "
+                   "one branch); it leaves the signature (repeatable).")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="Write the IR after each pass.")
 @click.option("--opt-level", "-O", default=3, show_default=True, type=click.IntRange(0, 3),
               help="0: only passes correctness needs (to bisect a wrong answer) ... 3: all.")
@@ -142,16 +148,18 @@ PRECISION_OPTION = click.option(
 @PRECISION_OPTION
 @quantize_options
 @_guard
-def compile_cmd(model, target, output, input_shape, dump_ir, opt_level, disabled, explain,
-                tuning_logs, no_shipped, trust_pickle, precision, **quantize):
+def compile_cmd(model, target, output, input_shape, input_range, bind, dump_ir, opt_level,
+                disabled, explain, tuning_logs, no_shipped, trust_pickle, precision, **quantize):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
-    from aotc.compiler.frontends.shapes import parse_input_shape
+    from aotc.compiler.frontends.shapes import parse_bind, parse_input_range, parse_input_shape
     from aotc.options import CompileOptions
 
     shapes = dict(parse_input_shape(s) for s in input_shape)
     options = CompileOptions(opt_level=opt_level, disabled_passes=disabled, explain=explain,
-                             dump_ir=dump_ir, precision=precision, trust_pickle=trust_pickle)
+                             dump_ir=dump_ir, precision=precision, trust_pickle=trust_pickle,
+                             dim_ranges=dict(parse_input_range(r) for r in input_range),
+                             bound_inputs=dict(parse_bind(b) for b in bind))
     int8 = _quantize_options(**quantize)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,

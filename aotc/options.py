@@ -78,7 +78,11 @@ class CompileOptions:
         (targets.for_precision enables them or says why not).
     trust_pickle: load a .pt2 even where torch would unpickle part of it (legacy weights,
         pickled constants or sample inputs): a pickle runs code, so only for files whose
-        origin is trusted (compiler/frontends/pt2_archive.py). Without it they are refused."""
+        origin is trusted (compiler/frontends/pt2_archive.py). Without it they are refused.
+    dim_ranges: symbolic dim name -> (min, max) sizes the model accepts (``--input-range``):
+        the compiler may rely on them, the runtime refuses inputs outside them.
+    bound_inputs: input name -> value (``--bind``): the input becomes a constant of the model
+        (then folded: an ``If`` on it keeps one branch) and leaves the signature."""
 
     opt_level: int = 3
     disabled_passes: tuple[str, ...] = ()
@@ -88,6 +92,8 @@ class CompileOptions:
     int8_ranges: dict | None = field(default=None, compare=False)
     precision: str = "fp32"
     trust_pickle: bool = False
+    dim_ranges: dict = field(default_factory=dict, compare=False)
+    bound_inputs: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         if self.opt_level not in OPT_LEVELS:

@@ -188,7 +188,12 @@ def check_inputs(signature: ModelSignature, inputs: dict) -> list[np.ndarray]:
         raise InputMismatchError(f"inputs do not match the model: missing {missing}, unknown "
                                  f"{unknown}; expected {expected}")
     bound: dict[str, int] = {}
-    return [_check_one(spec, inputs[spec.name], bound) for spec in signature.inputs]
+    arrays = [_check_one(spec, inputs[spec.name], bound) for spec in signature.inputs]
+    for dim, (low, high) in signature.dim_ranges.items():
+        if dim in bound and not low <= bound[dim] <= high:
+            raise InputMismatchError(f"dim {dim!r} is {bound[dim]}; this model takes "
+                                     f"{low} to {high}")
+    return arrays
 
 
 def _check_one(spec: TensorSpec, value, bound: dict[str, int]) -> np.ndarray:

@@ -32,17 +32,24 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class ModelSignature:
+    """``dim_ranges``: symbolic dim name -> (min, max) sizes the model accepts (given with
+    --input-range, or needed by the graph: a sequence cut from a 512-row position table)."""
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
+    dim_ranges: dict = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
-        return {"inputs": [t.to_json() for t in self.inputs],
+        data = {"inputs": [t.to_json() for t in self.inputs],
                 "outputs": [t.to_json() for t in self.outputs]}
+        if self.dim_ranges:
+            data["dim_ranges"] = {k: list(v) for k, v in self.dim_ranges.items()}
+        return data
 
     @staticmethod
     def from_json(data: dict) -> ModelSignature:
         return ModelSignature(tuple(TensorSpec.from_json(t) for t in data["inputs"]),
-                              tuple(TensorSpec.from_json(t) for t in data["outputs"]))
+                              tuple(TensorSpec.from_json(t) for t in data["outputs"]),
+                              {k: tuple(v) for k, v in data.get("dim_ranges", {}).items()})
 
     def input_names(self) -> list[str]:
         return [t.name for t in self.inputs]
@@ -50,4 +57,5 @@ class ModelSignature:
     def __str__(self) -> str:
         ins = "\n".join(f"  in  {t}" for t in self.inputs)
         outs = "\n".join(f"  out {t}" for t in self.outputs)
-        return f"{ins}\n{outs}"
+        ranges = "".join(f"\n  dim {k}: {lo} to {hi}" for k, (lo, hi) in self.dim_ranges.items())
+        return f"{ins}\n{outs}{ranges}"

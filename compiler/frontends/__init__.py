@@ -9,18 +9,22 @@ from .imported import ImportedModel
 
 
 def import_model(source, input_shapes=None, example_inputs=None,
-                 trust_pickle: bool = False) -> ImportedModel:
+                 options=None) -> ImportedModel:
     """Dispatch on the kind of ``source``; torch is imported only for torch sources.
-    ``trust_pickle``: load a .pt2 whose loading unpickles (frontends/pt2_archive.py)."""
+    ``options`` (CompileOptions): ``trust_pickle`` for a .pt2 whose loading unpickles
+    (frontends/pt2_archive.py); ``dim_ranges`` and ``bound_inputs`` for ONNX models."""
+    trust_pickle = bool(options and options.trust_pickle)
+    onnx_options = {"dim_ranges": dict(options.dim_ranges), "bound": dict(options.bound_inputs)} \
+        if options is not None else {}
     if isinstance(source, (str, os.PathLike)):
         if str(source).endswith(".pt2"):
             from .torch_loader import import_torch  # pylint: disable=import-outside-toplevel
             return import_torch(source, trust_pickle=trust_pickle)
         from .onnx_loader import import_onnx  # pylint: disable=import-outside-toplevel
-        return import_onnx(source, input_shapes)
+        return import_onnx(source, input_shapes, **onnx_options)
     if type(source).__module__.startswith("onnx"):
         from .onnx_loader import import_onnx  # pylint: disable=import-outside-toplevel
-        return import_onnx(source, input_shapes)
+        return import_onnx(source, input_shapes, **onnx_options)
     from .torch_loader import import_torch  # pylint: disable=import-outside-toplevel
     return import_torch(source, example_inputs)
 

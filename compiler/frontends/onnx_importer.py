@@ -30,7 +30,10 @@ RELAX_ONLY = frozenset({"CumProd", "BitCast"})
 
 
 class AotcImporter(onnx_frontend.ONNXGraphImporter):
-    """ONNXGraphImporter whose operator conversion asks OWN_RELAX_CONVERTERS first."""
+    """ONNXGraphImporter whose operator conversion asks the symbolic shape converters
+    (onnx_symbolic.py), then OWN_RELAX_CONVERTERS, then TVM's."""
+
+    given_ranges: dict = {}
 
     def _check_for_unsupported_ops(self, graph):
         """TVM's up-front check, without the ops only aotc converts (aotc's own op check has
@@ -48,6 +51,10 @@ class AotcImporter(onnx_frontend.ONNXGraphImporter):
             shape = getattr(value.ty, "shape", None)
             if isinstance(shape, relax.ShapeExpr):
                 self.symbolic.bound_dims(shape.values)
+                for dim in shape.values:
+                    if isinstance(dim, tvm.tirx.Var) and dim.name in self.given_ranges:
+                        low, high = self.given_ranges[dim.name]
+                        self.symbolic.limit(dim, low, high, "--input-range")
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
         symbolic = getattr(self, "symbolic", None)
@@ -62,11 +69,16 @@ class AotcImporter(onnx_frontend.ONNXGraphImporter):
         return self.bb.normalize(result)
 
 
-def import_graph(model: onnx.ModelProto, shape_dict: dict, dtype_dict: dict) -> tvm.IRModule:
+def import_graph(model: onnx.ModelProto, shape_dict: dict, dtype_dict: dict,
+                 dim_ranges: dict | None = None) -> tuple[tvm.IRModule, dict]:
     """What ``tvm.relax.frontend.onnx.from_onnx`` does, through AotcImporter (weights become
-    constants; input names are sanitized as TVM does)."""
+    constants; input names are sanitized as TVM does). Returns the module and the ranges of
+    the symbolic dims: ``dim_ranges`` as given, narrowed by what the graph needs."""
     if model.ir_version < 3:
         raise ValueError(f"ONNX IR version {model.ir_version} is older than 3 (ONNX 1.1), "
                          "which TVM's importer does not read")
     importer = AotcImporter(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
-    return importer.from_onnx(model.graph, model_opset(model))
+    importer.given_ranges = dict(dim_ranges or {})
+    mod = importer.from_onnx(model.graph, model_opset(model))
+    symbolic = getattr(importer, "symbolic", None)
+    return mod, dict(symbolic.ranges) if symbolic is not None else {}

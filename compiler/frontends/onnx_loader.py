@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import external_data_helper
+from onnx import external_data_helper, numpy_helper
 
 from aotc.errors import (AotcError, CompileError, ModelLoadError, UnsupportedModelError,
                          meaningful_line)
@@ -143,10 +144,15 @@ def fold_to_fixpoint(model: onnx.ModelProto, info) -> onnx.ModelProto:
     return model
 
 
-def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) -> ImportedModel:
+def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None,
+                dim_ranges: dict[str, tuple[int, int]] | None = None,
+                bound: dict | None = None) -> ImportedModel:
     model, name = read_onnx(source)
     check_ops(model, name)
+    if bound:
+        model = bind_inputs(model, bound, name)
     inputs = graph_inputs(model)
+    check_dim_names(inputs, dim_ranges or {}, name)
     shapes = apply_overrides({t.name: t.shape for t in inputs}, input_shapes or {}, name)
     unknown = [n for n, s in shapes.items() if "?" in s]
     if unknown:
@@ -160,7 +166,8 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
         # Inputs with named dims are left out: the importer then makes them symbolic (tir.Var)
         # from the model's own dim_param; it rejects names given in shape_dict.
         fixed = {t.name: list(t.shape) for t in inputs if all(isinstance(d, int) for d in t.shape)}
-        mod = import_graph(model, fixed, {t.name: carried_dtype(t.dtype) for t in inputs})
+        mod, ranges = import_graph(model, fixed, {t.name: carried_dtype(t.dtype) for t in inputs},
+                                   dim_ranges or {})
     except AotcError:  # our own converters' named refusals pass through as they are
         raise
     except Exception as err:  # TVM's importer raises many kinds; say where it happened
@@ -168,7 +175,45 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) 
                            f"{meaningful_line(err)}") from err
     outputs = tuple(_as_declared(spec, declared.get(spec.name))
                     for spec in output_specs(mod, [o.name for o in model.graph.output]))
-    return ImportedModel(mod, ModelSignature(tuple(inputs), outputs), name)
+    return ImportedModel(mod, ModelSignature(tuple(inputs), outputs, ranges), name)
+
+
+def check_dim_names(inputs: list[TensorSpec], dim_ranges: dict, name: str) -> None:
+    """--input-range names symbolic dims of the model's inputs, with 1 <= min <= max."""
+    dims = {d for t in inputs for d in t.shape if isinstance(d, str)}
+    unknown = sorted(set(dim_ranges) - dims)
+    if unknown:
+        raise ModelLoadError(f"{name}: --input-range names {unknown}, which no input has; the "
+                             f"model's symbolic dims are {sorted(dims) or 'none'}")
+    for dim, (low, high) in dim_ranges.items():
+        if not 1 <= low <= high:
+            raise ModelLoadError(f"{name}: --input-range {dim}={low}:{high} is empty or below 1")
+
+
+def bind_inputs(model: onnx.ModelProto, bound: dict, name: str) -> onnx.ModelProto:
+    """The inputs named in ``bound`` become initializers holding those values (in the input's
+    dtype and declared rank), so that shape folding and If inlining see constants."""
+    specs = {t.name: t for t in graph_inputs(model)}
+    unknown = sorted(set(bound) - set(specs))
+    if unknown:
+        raise ModelLoadError(f"{name}: --bind names unknown input(s) {unknown}; the model's "
+                             f"inputs are {sorted(specs)}")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for input_name, value in bound.items():
+        spec = specs[input_name]
+        array = np.asarray(value).astype(spec.dtype)
+        if array.ndim != len(spec.shape) and array.size == 1:
+            array = array.reshape([1] * len(spec.shape))
+        if array.ndim != len(spec.shape) or any(
+                isinstance(d, int) and d != a for d, a in zip(spec.shape, array.shape)):
+            raise ModelLoadError(f"{name}: --bind {input_name}: a value of shape "
+                                 f"{list(array.shape)} for an input of shape {list(spec.shape)}")
+        kept = [v for v in out.graph.input if v.name != input_name]
+        del out.graph.input[:]
+        out.graph.input.extend(kept)
+        out.graph.initializer.append(numpy_helper.from_array(array, input_name))
+    return out
 
 
 def _as_declared(spec: TensorSpec, elem_type: int | None) -> TensorSpec:

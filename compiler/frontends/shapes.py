@@ -38,3 +38,33 @@ def apply_overrides(shapes: dict[str, tuple], overrides: dict[str, tuple[int, ..
                                 f"--input-shape gave {list(shape)}")
         result[name] = tuple(shape)
     return result
+
+
+def parse_input_range(text: str) -> tuple[str, tuple[int, int]]:
+    """'seq=1:512' -> ('seq', (1, 512)): the sizes a symbolic dim may take."""
+    name, sep, bounds = text.partition("=")
+    low, colon, high = bounds.partition(":")
+    try:
+        if not sep or not name or not colon:
+            raise ValueError
+        low_value, high_value = int(low), int(high)
+        if not 1 <= low_value <= high_value:
+            raise ValueError
+    except ValueError:
+        raise AotcError(f"bad --input-range {text!r}: expected DIM=MIN:MAX with "
+                        "1 <= MIN <= MAX, e.g. seq=1:512 (DIM: a symbolic dim's name)") from None
+    return name, (low_value, high_value)
+
+
+def parse_bind(text: str) -> tuple[str, list[float]]:
+    """'sr=16000' -> ('sr', [16000.0]); 'scales=1,2,2' -> ('scales', [1.0, 2.0, 2.0]). The
+    input's dtype decides the values' type."""
+    name, sep, values = text.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        numbers = [float(v) for v in values.split(",")]
+    except ValueError:
+        raise AotcError(f"bad --bind {text!r}: expected NAME=V or NAME=V1,V2,... with "
+                        "numbers, e.g. sr=16000") from None
+    return name, numbers

@@ -1,0 +1,153 @@
+"""Models exported with dynamic axes compile once and run at any batch and length: a BERT and
+a GPT-2 built by transformers from small configs (random weights), exported by torch's ONNX
+exporter with ``dynamic_axes``. Before, the BERT was refused at its attention-mask Expand and
+the GPT-2 died in TVM's importer. Also --input-range, --bind and the dim-range check."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP, helper as h, numpy_helper as nh
+
+import aotc
+from aotc.errors import AotcError, InputMismatchError, UnsupportedModelError
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+LENGTHS = [(1, 1), (1, 16), (4, 16), (2, 128), (1, 384), (3, 37)]
+
+
+class _Wrapped(torch.nn.Module):
+    def __init__(self, model, names, outputs):
+        super().__init__()
+        self.model, self.names, self.outputs = model, names, outputs
+
+    def forward(self, *args):
+        result = self.model(**dict(zip(self.names, args)), return_dict=False)
+        return tuple(result[:self.outputs])
+
+
+def _export(model, names, outputs, path):
+    torch.manual_seed(0)
+    args = tuple(torch.ones(2, 7, dtype=torch.int64) for _ in names)
+    dynamic = {n: {0: "batch", 1: "seq"} for n in names}
+    dynamic.update({o: {0: "batch", 1: "seq"} for o in outputs if o != "pooler_output"})
+    if "pooler_output" in outputs:
+        dynamic["pooler_output"] = {0: "batch"}
+    torch.onnx.export(_Wrapped(model.eval(), names, len(outputs)), args, str(path),
+                      input_names=names, output_names=outputs, dynamic_axes=dynamic,
+                      opset_version=17, dynamo=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, vocab_size=1000)
+    folder = tmp_path_factory.mktemp("bert")
+    path = _export(transformers.BertModel(config),
+                   ["input_ids", "attention_mask", "token_type_ids"],
+                   ["last_hidden_state", "pooler_output"], folder / "bert.onnx")
+    meta = aotc.compile(path, output=folder / "bert.so")
+    return path, folder / "bert.so", meta
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=1000,
+                                     use_cache=False)
+    folder = tmp_path_factory.mktemp("gpt2")
+    path = _export(transformers.GPT2LMHeadModel(config), ["input_ids", "attention_mask"],
+                   ["logits"], folder / "gpt2.onnx")
+    meta = aotc.compile(path, output=folder / "gpt2.so")
+    return path, folder / "gpt2.so", meta
+
+
+def _feed(names, batch, length, rng):
+    mask = np.ones((batch, length), np.int64)
+    mask[0, length // 2 + 1:] = 0  # padding in the first row: the mask must be applied
+    values = {"input_ids": rng.integers(0, 1000, (batch, length)), "attention_mask": mask,
+              "token_type_ids": np.zeros((batch, length), np.int64)}
+    return {n: values[n].astype(np.int64) for n in names}
+
+
+@pytest.mark.parametrize("fixture", ["bert", "gpt2"])
+def test_one_library_runs_every_batch_and_length(request, fixture):
+    onnx_path, so, meta = request.getfixturevalue(fixture)
+    assert meta["signature"]["inputs"][0]["shape"] == ["batch", "seq"]
+    model = aotc.load(so)
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for batch, length in LENGTHS:
+        feed = _feed(model.signature.input_names(), batch, length, rng)
+        got = model.run(feed)
+        for (name, value), want in zip(got.items(), session.run(None, feed)):
+            np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{fixture} {name} at {batch}x{length}")
+
+
+def test_a_sequence_longer_than_the_position_table_is_refused(bert):
+    _, so, meta = bert
+    assert meta["signature"]["dim_ranges"] == {"seq": [1, 512]}
+    model = aotc.load(so)
+    feed = _feed(model.signature.input_names(), 1, 513, np.random.default_rng(0))
+    with pytest.raises(InputMismatchError, match="dim 'seq' is 513; this model takes 1 to 512"):
+        model.run(feed)
+
+
+def test_input_range_narrows_a_dim_and_bad_ones_are_refused(bert, tmp_path):
+    onnx_path, _, _ = bert
+    options = aotc.CompileOptions(dim_ranges={"seq": (1, 64), "batch": (1, 8)})
+    meta = aotc.compile(onnx_path, output=tmp_path / "short.so", options=options)
+    assert meta["signature"]["dim_ranges"] == {"seq": [1, 64], "batch": [1, 8]}
+    model = aotc.load(tmp_path / "short.so")
+    rng = np.random.default_rng(1)
+    assert model.run(_feed(model.signature.input_names(), 8, 64, rng))[
+        "last_hidden_state"].shape == (8, 64, 64)
+    with pytest.raises(InputMismatchError, match="dim 'batch' is 9"):
+        model.run(_feed(model.signature.input_names(), 9, 4, rng))
+    with pytest.raises(AotcError, match=r"--input-range names \['tokens'\]"):
+        aotc.compile(onnx_path, output=tmp_path / "bad.so",
+                     options=aotc.CompileOptions(dim_ranges={"tokens": (1, 4)}))
+
+
+def _if_on_an_input() -> onnx.ModelProto:
+    """A voice-activity-style switch: at 16 kHz one frame layout, else another (the branches
+    give different shapes, so both cannot be computed and selected)."""
+    then_graph = h.make_graph([h.make_node("Reshape", ["x", "shape16"], ["frames"])], "then",
+                              [], [h.make_tensor_value_info("frames", TP.FLOAT, None)],
+                              [nh.from_array(np.array([4, 8], np.int64), "shape16")])
+    else_graph = h.make_graph([h.make_node("Reshape", ["x", "shape8"], ["frames"])], "else",
+                              [], [h.make_tensor_value_info("frames", TP.FLOAT, None)],
+                              [nh.from_array(np.array([2, 16], np.int64), "shape8")])
+    nodes = [h.make_node("Equal", ["sr", "sixteen"], ["is16"]),
+             h.make_node("If", ["is16"], ["frames"], then_branch=then_graph,
+                         else_branch=else_graph),
+             h.make_node("Relu", ["frames"], ["y"])]
+    graph = h.make_graph(
+        nodes, "vad", [h.make_tensor_value_info("x", TP.FLOAT, [32]),
+                       h.make_tensor_value_info("sr", TP.INT64, [])],
+        [h.make_tensor_value_info("y", TP.FLOAT, None)],
+        [nh.from_array(np.array(16000, np.int64), "sixteen")])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_bind_fixes_an_input_and_the_if_disappears(tmp_path):
+    path = tmp_path / "vad.onnx"
+    onnx.save(_if_on_an_input(), path)
+    with pytest.raises(UnsupportedModelError, match="no single static shape"):
+        aotc.compile(path, output=tmp_path / "unbound.so")
+    meta = aotc.compile(path, output=tmp_path / "vad.so",
+                        options=aotc.CompileOptions(bound_inputs={"sr": [16000]}))
+    assert [t["name"] for t in meta["signature"]["inputs"]] == ["x"]
+    x = np.random.default_rng(0).standard_normal(32).astype(np.float32)
+    want = ort.InferenceSession(str(path)).run(None, {"x": x, "sr": np.array(16000)})[0]
+    got = aotc.load(tmp_path / "vad.so").run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+    assert got.shape == (4, 8)
+    with pytest.raises(AotcError, match=r"--bind names unknown input\(s\) \['rate'\]"):
+        aotc.compile(path, output=tmp_path / "bad.so",
+                     options=aotc.CompileOptions(bound_inputs={"rate": [1]}))
