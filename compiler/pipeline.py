@@ -39,7 +39,7 @@ from typing import Callable
 
 import tvm
 
-from aotc.errors import CompileError, meaningful_line
+from aotc.errors import AotcError, CompileError, meaningful_line
 from aotc.targets import TargetSpec
 
 from aotc.options import CompileOptions
@@ -187,10 +187,10 @@ def _dumper(folder: Path | None):
 def in_phase(name: str, work: Callable[[], object]):
     """``work()``; a failure becomes a CompileError that names the phase. TVM errors carry
     long C++ traces: the meaningful line is kept. A CompileError from an inner phase passes
-    through as it is."""
+    through as it is, as does any other named aotc error (an op refused with its reason)."""
     try:
         return work()
-    except CompileError:
+    except AotcError:
         raise
     except Exception as err:  # pylint: disable=broad-except
         raise CompileError(f"compile phase {name!r} failed: "

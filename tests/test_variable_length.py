@@ -11,67 +11,33 @@ from onnx import TensorProto as TP, helper as h, numpy_helper as nh
 
 import aotc
 from aotc.errors import AotcError, InputMismatchError, UnsupportedModelError
+from aotc.examples.dynamic_transformers import export, feed
 
-transformers = pytest.importorskip("transformers")
-torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
 LENGTHS = [(1, 1), (1, 16), (4, 16), (2, 128), (1, 384), (3, 37)]
 
 
-class _Wrapped(torch.nn.Module):
-    def __init__(self, model, names, outputs):
-        super().__init__()
-        self.model, self.names, self.outputs = model, names, outputs
-
-    def forward(self, *args):
-        result = self.model(**dict(zip(self.names, args)), return_dict=False)
-        return tuple(result[:self.outputs])
-
-
-def _export(model, names, outputs, path):
-    torch.manual_seed(0)
-    args = tuple(torch.ones(2, 7, dtype=torch.int64) for _ in names)
-    dynamic = {n: {0: "batch", 1: "seq"} for n in names}
-    dynamic.update({o: {0: "batch", 1: "seq"} for o in outputs if o != "pooler_output"})
-    if "pooler_output" in outputs:
-        dynamic["pooler_output"] = {0: "batch"}
-    torch.onnx.export(_Wrapped(model.eval(), names, len(outputs)), args, str(path),
-                      input_names=names, output_names=outputs, dynamic_axes=dynamic,
-                      opset_version=17, dynamo=False)
-    return path
-
-
 @pytest.fixture(scope="module")
 def bert(tmp_path_factory):
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=128, vocab_size=1000)
     folder = tmp_path_factory.mktemp("bert")
-    path = _export(transformers.BertModel(config),
-                   ["input_ids", "attention_mask", "token_type_ids"],
-                   ["last_hidden_state", "pooler_output"], folder / "bert.onnx")
+    path = export("bert", folder / "bert.onnx", hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=128, vocab_size=1000)
     meta = aotc.compile(path, output=folder / "bert.so")
     return path, folder / "bert.so", meta
 
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=1000,
-                                     use_cache=False)
     folder = tmp_path_factory.mktemp("gpt2")
-    path = _export(transformers.GPT2LMHeadModel(config), ["input_ids", "attention_mask"],
-                   ["logits"], folder / "gpt2.onnx")
+    path = export("gpt2", folder / "gpt2.onnx", n_embd=64, n_layer=2, n_head=4,
+                  vocab_size=1000)
     meta = aotc.compile(path, output=folder / "gpt2.so")
     return path, folder / "gpt2.so", meta
 
 
-def _feed(names, batch, length, rng):
-    mask = np.ones((batch, length), np.int64)
-    mask[0, length // 2 + 1:] = 0  # padding in the first row: the mask must be applied
-    values = {"input_ids": rng.integers(0, 1000, (batch, length)), "attention_mask": mask,
-              "token_type_ids": np.zeros((batch, length), np.int64)}
-    return {n: values[n].astype(np.int64) for n in names}
+def _feed(names, batch, length, seed=0):
+    return feed(names, batch, length, vocab=1000, seed=seed)
 
 
 @pytest.mark.parametrize("fixture", ["bert", "gpt2"])
@@ -80,11 +46,10 @@ def test_one_library_runs_every_batch_and_length(request, fixture):
     assert meta["signature"]["inputs"][0]["shape"] == ["batch", "seq"]
     model = aotc.load(so)
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
     for batch, length in LENGTHS:
-        feed = _feed(model.signature.input_names(), batch, length, rng)
-        got = model.run(feed)
-        for (name, value), want in zip(got.items(), session.run(None, feed)):
+        inputs = _feed(model.signature.input_names(), batch, length)
+        got = model.run(inputs)
+        for (name, value), want in zip(got.items(), session.run(None, inputs)):
             np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4,
                                        err_msg=f"{fixture} {name} at {batch}x{length}")
 
@@ -93,9 +58,8 @@ def test_a_sequence_longer_than_the_position_table_is_refused(bert):
     _, so, meta = bert
     assert meta["signature"]["dim_ranges"] == {"seq": [1, 512]}
     model = aotc.load(so)
-    feed = _feed(model.signature.input_names(), 1, 513, np.random.default_rng(0))
     with pytest.raises(InputMismatchError, match="dim 'seq' is 513; this model takes 1 to 512"):
-        model.run(feed)
+        model.run(_feed(model.signature.input_names(), 1, 513))
 
 
 def test_input_range_narrows_a_dim_and_bad_ones_are_refused(bert, tmp_path):
@@ -104,11 +68,10 @@ def test_input_range_narrows_a_dim_and_bad_ones_are_refused(bert, tmp_path):
     meta = aotc.compile(onnx_path, output=tmp_path / "short.so", options=options)
     assert meta["signature"]["dim_ranges"] == {"seq": [1, 64], "batch": [1, 8]}
     model = aotc.load(tmp_path / "short.so")
-    rng = np.random.default_rng(1)
-    assert model.run(_feed(model.signature.input_names(), 8, 64, rng))[
+    assert model.run(_feed(model.signature.input_names(), 8, 64))[
         "last_hidden_state"].shape == (8, 64, 64)
     with pytest.raises(InputMismatchError, match="dim 'batch' is 9"):
-        model.run(_feed(model.signature.input_names(), 9, 4, rng))
+        model.run(_feed(model.signature.input_names(), 9, 4))
     with pytest.raises(AotcError, match=r"--input-range names \['tokens'\]"):
         aotc.compile(onnx_path, output=tmp_path / "bad.so",
                      options=aotc.CompileOptions(dim_ranges={"tokens": (1, 4)}))

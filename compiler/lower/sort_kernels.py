@@ -10,7 +10,7 @@ back). Ties keep their original order, as onnxruntime's TopK and numpy's stable 
 lower index comes first, whether ascending or descending. Values are then gathered through the
 permutation, top-k takes its first k entries. Shapes may be symbolic.
 
-Where: ``SortToTIR`` (passes/lowering) calls these through ``call_te`` before TVM's
+Where: ``SelfContainedKernels`` (passes/lowering) calls these through ``call_te`` before TVM's
 DispatchSortScan would pick TOPI's kernels."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from ..step import REQUIRED, Step, enabled
 from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32
 from .materialize_empty_constants import MaterializeEmptyConstants
-from .sort_to_tir import SortToTIR
+from .self_contained_kernels import SelfContainedKernels
 
 # Not a pass of its own: the float32 exp/erf/tanh/sigmoid entries of LegalizeOps' map.
 VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
@@ -32,8 +32,8 @@ def steps(options: CompileOptions) -> list[Step]:
             # sort, top-k, cumsum/cumprod and sampling to TOPI kernels, as TVM's CPU pipeline
             # does before legalization (without: "CodeGenVM cannot emit").
             Step(relax.backend.DispatchSampling(), REQUIRED, "codegen cannot emit sampling ops"),
-            Step(SortToTIR(), REQUIRED, "TOPI's CPU sort needs TVM's compiler library at run "
-                 "time"),
+            Step(SelfContainedKernels(), REQUIRED, "TVM's sort, top-k and nonzero need TVM's "
+                 "compiler at run time"),
             Step(relax.backend.DispatchSortScan(), REQUIRED, "codegen cannot emit sort/scan ops"),
             Step(relax.transform.LegalizeOps(legalize_map), REQUIRED, "ops become kernels here"),
             Step(relax.transform.AnnotateTIROpPattern(), REQUIRED, "fusion reads the patterns"),
@@ -42,6 +42,6 @@ def steps(options: CompileOptions) -> list[Step]:
             Step(relax.transform.FuseTIR(), 1)]
 
 
-__all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "SortToTIR",
+__all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "SelfContainedKernels",
            "VECTOR_MATH_LEVEL",
            "VECTOR_MATH_NAME", "steps"]

@@ -1,7 +1,9 @@
-"""Sort, argsort and top-k run where only TVM's runtime is loaded (as a user's process): TOPI's
-CPU kernels called ``tvm.contrib.sort.*`` from TVM's compiler library, so a model using them
-compiled, ran in the compiling process and failed in every other. Compiled models here run in
-a separate process that never loaded the compiler (tests/fresh_runner.py)."""
+"""Sort, argsort, top-k and NonZero run where only TVM's runtime is loaded (as a user's
+process): TOPI's CPU sort kernels called ``tvm.contrib.sort.*`` from TVM's compiler library and
+NonZero ran as a numpy function of TVM's Python package, so such models compiled, ran in the
+compiling process and failed in every other. Compiled models here run in a separate process
+that never loaded the compiler (tests/fresh_runner.py). Unique, which has no aotc kernel yet,
+is refused when compiled instead of failing later."""
 
 import numpy as np
 import onnx
@@ -12,10 +14,12 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax, te, topi
 from tvm.relax import op as R
 
+import aotc
+
 from aotc.compiler.lower import sort_kernels
-from aotc.compiler.passes.lowering import SortToTIR
+from aotc.compiler.passes.lowering import SelfContainedKernels
 from aotc.compiler.runtime_deps import check_runtime_only
-from aotc.errors import CompileError
+from aotc.errors import CompileError, UnsupportedModelError
 from helpers import check_against_onnxruntime, check_against_torch
 
 
@@ -64,9 +68,9 @@ def _sort_module():
     return bb.get()
 
 
-def test_sort_to_tir_replaces_the_op_by_aotc_kernels():
+def test_sort_ops_become_aotc_kernels():
     before = _sort_module()
-    after = SortToTIR()(before)
+    after = SelfContainedKernels()(before)
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType([4, 9], "float32"))
     with bb.function("main", [x]):
@@ -88,3 +92,27 @@ def test_a_kernel_calling_the_compiler_library_is_refused():
     x2 = te.placeholder((4, 9), "float32", name="x")
     ours = tvm.IRModule({"ours": te.create_prim_func([x2, sort_kernels.sort(x2)])})
     check_runtime_only(ours)  # no packed calls: nothing to refuse
+
+
+def _one_op_model(op: str, out_type: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"])], op.lower(),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("y", out_type, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("x", [
+    np.array([[0, 1, 0, 2, 0], [3, 0, 0, 0, 4], [0, 0, 0, 0, 0]], np.float32),
+    np.zeros((3, 5), np.float32),  # no element: a [2, 0] result
+    np.ones((3, 5), np.float32)])
+def test_nonzero_matches_onnxruntime(tmp_path, x):
+    onnx.save(_one_op_model("NonZero", TensorProto.INT64), tmp_path / "nonzero.onnx")
+    check_against_onnxruntime(tmp_path / "nonzero.onnx", tmp_path, feed={"x": x}, rtol=0, atol=0)
+
+
+def test_unique_is_refused_when_compiled(tmp_path):
+    onnx.save(_one_op_model("Unique", TensorProto.FLOAT), tmp_path / "unique.onnx")
+    with pytest.raises(UnsupportedModelError, match=r"Unique: TVM runs it through "
+                       r"\['relax.run.unique'\], which only TVM's compiler package registers"):
+        aotc.compile(tmp_path / "unique.onnx", output=tmp_path / "unique.so")
