@@ -42,13 +42,24 @@ def _vector_width(columns: int, lanes: int) -> int:
     return columns
 
 
+# Rows per register tile where the row count is symbolic (a sequence length): the rows are
+# padded to a multiple of it (pad_einsum), so the tile has no remainder to mask.
+SYMBOLIC_ROW_BLOCK = 4
+
+
 def _tile_axes_static(info) -> bool:
-    """The register tile (two innermost spatial axes) and the reduction need static extents;
-    outer axes such as a symbolic batch are only fused into the parallel loop."""
+    """Whether the block has a spatial axis to tile. Symbolic tile axes (a sequence length in
+    [batch, seq, k] x [k, n], or both axes of attention's [seq, seq]) are padded to whole tiles
+    by _pad_ragged_tile; a symbolic reduction is a plain loop; outer axes such as a symbolic
+    batch are fused into the parallel loop."""
     kinds, dom = info.dom_kind(), info.dom()
     spatial = [d for d, k in zip(dom, kinds) if k == "S"]
     reduce = [d for d, k in zip(dom, kinds) if k == "R"]
-    return bool(spatial) and all(isinstance(d, (int, tirx.IntImm)) for d in spatial[-2:] + reduce)
+    return bool(spatial)
+
+
+def _static(extent) -> bool:
+    return isinstance(extent, (int, tirx.IntImm))
 
 
 def _is_multiply_accumulate(block: tirx.Stmt) -> bool:
@@ -94,6 +105,8 @@ def inline_padding(sch: s_tir.Schedule, main, infos) -> bool:
     reduction = 1
     for kind, extent in zip(main.dom_kind(), main.dom()):
         if kind == "R":
+            if not _static(extent):
+                return False  # a symbolic reduction (over a sequence) is not low-intensity
             reduction *= int(extent)
     if reduction > INLINE_PRODUCERS_MAX_REDUCTION:
         return False
@@ -119,10 +132,14 @@ def _pad_ragged_tile(sch: s_tir.Schedule, main, lanes: int) -> bool:
     if len(spatial) < 2 or "R" not in kinds:
         return False
     padding = [1] * len(kinds)
-    col, row = int(dom[spatial[-1]]), int(dom[spatial[-2]])
-    if col > lanes and _column_block(col, lanes) < 4:
+    if not _static(dom[spatial[-1]]):
         padding[spatial[-1]] = lanes
-    if row > _MAX_ROW_BLOCK and _largest_divisor(row, _MAX_ROW_BLOCK) <= 2:
+    elif int(dom[spatial[-1]]) > lanes and _column_block(int(dom[spatial[-1]]), lanes) < 4:
+        padding[spatial[-1]] = lanes
+    if not _static(dom[spatial[-2]]):
+        padding[spatial[-2]] = SYMBOLIC_ROW_BLOCK
+    elif int(dom[spatial[-2]]) > _MAX_ROW_BLOCK and \
+            _largest_divisor(int(dom[spatial[-2]]), _MAX_ROW_BLOCK) <= 2:
         padding[spatial[-2]] = 4
     if padding == [1] * len(kinds):
         return False
@@ -215,9 +232,10 @@ class Contraction(ScheduleRule):
         spatial = [l for l, k in zip(loops, kinds) if k == "S"]
         reduce = [l for l, k in zip(loops, kinds) if k == "R"]
         col_ext = _extent(sch, spatial[-1])
-        col_inner = _column_block(col_ext, lanes)
+        # a symbolic column axis was padded to whole vectors (_pad_ragged_tile)
+        col_inner = _column_block(col_ext, lanes) if col_ext is not None else lanes
         row_ext = _extent(sch, spatial[-2]) if len(spatial) >= 2 else None
-        if tunable and col_inner % lanes == 0:
+        if tunable and col_inner % lanes == 0 and (row_ext is not None or len(spatial) < 2):
             self._schedule_main_sampled(sch, block, spatial, reduce, epilogues, lanes, padded,
                                         col_inner, row_ext, accumulators, pixels_first)
             return
@@ -232,7 +250,8 @@ class Contraction(ScheduleRule):
         row_out, row_in = None, None
         if len(spatial) >= 2:
             row_limit = max(1, min(_MAX_ROW_BLOCK, accumulators // vectors))
-            row_inner = _largest_divisor(row_ext, row_limit)
+            row_inner = _largest_divisor(row_ext, row_limit) if row_ext is not None \
+                else SYMBOLIC_ROW_BLOCK  # padded to it (_pad_ragged_tile)
             row_out, row_in = sch.split(spatial[-2], factors=[None, row_inner])
         self._tile(sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
                    col_vectors, vector, row_out, row_in, pixels_first=pixels_first)
