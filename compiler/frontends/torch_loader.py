@@ -12,6 +12,7 @@ from aotc.runtime.signature import ModelSignature, TensorSpec
 from .imported import ImportedModel, output_specs
 from .pt2_archive import checked_bytes
 from .torch_ops import check_torch_ops
+from .torch_rewrites import CUSTOM_CONVERTERS, drop_empty_cat_inputs
 
 
 def _export(module, example_inputs):
@@ -57,10 +58,12 @@ def import_torch(source, example_inputs=None, trust_pickle: bool = False) -> Imp
         program, name = _export(source, example_inputs), type(source).__name__
     from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
     program = program.run_decompositions()  # what TVM's importer would see; done once, here
+    drop_empty_cat_inputs(program)
     check_torch_ops(program, name)
     try:
         mod = from_exported_program(program, keep_params_as_input=False,
-                                    unwrap_unit_return_tuple=True, run_ep_decomposition=False)
+                                    unwrap_unit_return_tuple=True, run_ep_decomposition=False,
+                                    custom_convert_map=CUSTOM_CONVERTERS)
     except Exception as err:
         raise CompileError(f"{name}: TVM's PyTorch importer failed: {type(err).__name__}: "
                            f"{meaningful_line(err)}") from err

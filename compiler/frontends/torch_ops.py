@@ -86,7 +86,7 @@ GAPS = {
     "avg_pool2d.default": _avg_pool_divisor,
     "elu.default": _scaled_elu,
     "_upsample_bilinear2d_aa.default": _always("antialiasing is ignored by TVM 0.27"),
-    "grid_sampler_2d.default": _always("TVM 0.27's grid_sampler_2d returns a wrong shape"),
+
 }
 
 
