@@ -30,4 +30,30 @@ def describe_onnx(path: str) -> str:
     lines += [f"  {t}" for t in graph_inputs(model)]
     lines.append("outputs:")
     lines += [f"  {o.name}" for o in model.graph.output]
+    lines.append(f"frontend: {frontend_verdict(model)}")
     return "\n".join(lines)
+
+
+def frontend_verdict(model) -> str:
+    """What the compiler's frontend makes of the model, short of compiling it: the op check,
+    shape folding, aotc's rewrites and TVM's importer run as ``aotc compile`` runs them, and
+    the ops that would need TVM's compiler at run time are looked for. A failure here is the
+    failure ``aotc compile`` would report."""
+    from aotc.compiler.frontends.onnx_loader import import_onnx
+    from aotc.compiler.relax_walk import op_calls
+    from aotc.compiler.runtime_deps import COMPILER_ONLY_OPS
+    from aotc.errors import AotcError
+
+    try:
+        imported = import_onnx(model)
+    except AotcError as err:
+        return f"compile would FAIL: {err}"
+    calls = op_calls(imported.mod)
+    refused = sorted({COMPILER_ONLY_OPS[c.op.name] for c in calls
+                      if c.op.name in COMPILER_ONLY_OPS})
+    if refused:
+        return (f"compile would FAIL: {', '.join(refused)} has no aotc kernel (TVM's runs only "
+                "where TVM's compiler is loaded)")
+    ranges = imported.signature.dim_ranges
+    bounds = "".join(f"; dim {k} takes {lo} to {hi}" for k, (lo, hi) in ranges.items())
+    return f"imports ({len(calls)} Relax ops){bounds}"

@@ -85,3 +85,5 @@ def _check_graph_calls(mod: tvm.IRModule) -> None:
 # TVM's Python implementations of Relax ops, by the op users know
 _OPS_BY_FUNCTION = {"relax.run.unique": "Unique", "relax.run.nonzero": "NonZero",
                     "relax.run.print": "print", "relax.run.assert_op": "assert"}
+# Relax ops that reach such a function and have no aotc kernel (what `aotc inspect` predicts)
+COMPILER_ONLY_OPS = {"relax.unique": "Unique"}

@@ -56,3 +56,24 @@ def single_op(op_type: str, domain: str = "", opset: int = 17, name: str = "the_
     if domain:
         opsets.append(helper.make_opsetid(domain, 1))
     return helper.make_model(graph, opset_imports=opsets)
+
+
+def if_on_an_input() -> onnx.ModelProto:
+    """A voice-activity-style switch: at 16 kHz one frame layout, else another (the branches
+    give different shapes, so both cannot be computed and selected)."""
+    then_graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape16"], ["frames"])], "then",
+                              [], [helper.make_tensor_value_info("frames", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([4, 8], np.int64), "shape16")])
+    else_graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape8"], ["frames"])], "else",
+                              [], [helper.make_tensor_value_info("frames", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([2, 16], np.int64), "shape8")])
+    nodes = [helper.make_node("Equal", ["sr", "sixteen"], ["is16"]),
+             helper.make_node("If", ["is16"], ["frames"], then_branch=then_graph,
+                         else_branch=else_graph),
+             helper.make_node("Relu", ["frames"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "vad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32]),
+                       helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(16000, np.int64), "sixteen")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -7,11 +7,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto as TP, helper as h, numpy_helper as nh
 
 import aotc
 from aotc.errors import AotcError, InputMismatchError, UnsupportedModelError
 from aotc.examples.dynamic_transformers import export, feed
+from onnx_builders import if_on_an_input
 
 pytest.importorskip("transformers")
 
@@ -77,30 +77,9 @@ def test_input_range_narrows_a_dim_and_bad_ones_are_refused(bert, tmp_path):
                      options=aotc.CompileOptions(dim_ranges={"tokens": (1, 4)}))
 
 
-def _if_on_an_input() -> onnx.ModelProto:
-    """A voice-activity-style switch: at 16 kHz one frame layout, else another (the branches
-    give different shapes, so both cannot be computed and selected)."""
-    then_graph = h.make_graph([h.make_node("Reshape", ["x", "shape16"], ["frames"])], "then",
-                              [], [h.make_tensor_value_info("frames", TP.FLOAT, None)],
-                              [nh.from_array(np.array([4, 8], np.int64), "shape16")])
-    else_graph = h.make_graph([h.make_node("Reshape", ["x", "shape8"], ["frames"])], "else",
-                              [], [h.make_tensor_value_info("frames", TP.FLOAT, None)],
-                              [nh.from_array(np.array([2, 16], np.int64), "shape8")])
-    nodes = [h.make_node("Equal", ["sr", "sixteen"], ["is16"]),
-             h.make_node("If", ["is16"], ["frames"], then_branch=then_graph,
-                         else_branch=else_graph),
-             h.make_node("Relu", ["frames"], ["y"])]
-    graph = h.make_graph(
-        nodes, "vad", [h.make_tensor_value_info("x", TP.FLOAT, [32]),
-                       h.make_tensor_value_info("sr", TP.INT64, [])],
-        [h.make_tensor_value_info("y", TP.FLOAT, None)],
-        [nh.from_array(np.array(16000, np.int64), "sixteen")])
-    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-
-
 def test_bind_fixes_an_input_and_the_if_disappears(tmp_path):
     path = tmp_path / "vad.onnx"
-    onnx.save(_if_on_an_input(), path)
+    onnx.save(if_on_an_input(), path)
     with pytest.raises(UnsupportedModelError, match="no single static shape"):
         aotc.compile(path, output=tmp_path / "unbound.so")
     meta = aotc.compile(path, output=tmp_path / "vad.so",

@@ -33,7 +33,9 @@ def if_to_where(node: onnx.NodeProto, info: GraphInfo) -> list[onnx.NodeProto]:
         if shape is None or None in shape:
             raise UnsupportedModelError(
                 f"If node {node.name!r}: output {name!r} has no single static shape across both "
-                "branches; aotc computes both branches and selects, which needs one")
+                "branches; aotc computes both branches and selects, which needs one. If the "
+                "condition comes from an input that is a setting (a sample rate, a mode), fix "
+                "it with --bind NAME=VALUE and the If keeps one branch")
     then_nodes, then_outs = inline_branch(then_graph, info, node)
     else_nodes, else_outs = inline_branch(else_graph, info, node)
     selects = [helper.make_node("Where", [cond, t, e], [name])
