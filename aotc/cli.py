@@ -130,6 +130,10 @@ PRECISION_OPTION = click.option(
 @click.option("--input-range", "input_range", multiple=True, metavar="DIM=MIN:MAX",
               help="Sizes a symbolic dim (by its name in the model) may take; the runtime "
                    "refuses others (repeatable).")
+@click.option("--buckets", "buckets", multiple=True, metavar="DIM=S1,S2,...",
+              help="Also build kernels specialized for these sizes of a symbolic dim; a call "
+                   "runs in the smallest that fits, its inputs padded with zeros (for models "
+                   "that mask padding: checked when compiling) (repeatable).")
 @click.option("--bind", "bind", multiple=True, metavar="NAME=V[,V...]",
               help="Make an input a constant of the model (then folded: an If on it keeps "
                    "one branch); it leaves the signature (repeatable).")
@@ -148,18 +152,21 @@ PRECISION_OPTION = click.option(
 @PRECISION_OPTION
 @quantize_options
 @_guard
-def compile_cmd(model, target, output, input_shape, input_range, bind, dump_ir, opt_level,
-                disabled, explain, tuning_logs, no_shipped, trust_pickle, precision, **quantize):
+def compile_cmd(model, target, output, input_shape, input_range, buckets, bind, dump_ir,
+                opt_level, disabled, explain, tuning_logs, no_shipped, trust_pickle, precision,
+                **quantize):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
-    from aotc.compiler.frontends.shapes import parse_bind, parse_input_range, parse_input_shape
+    from aotc.compiler.frontends.shapes import (parse_bind, parse_buckets, parse_input_range,
+                                                parse_input_shape)
     from aotc.options import CompileOptions
 
     shapes = dict(parse_input_shape(s) for s in input_shape)
     options = CompileOptions(opt_level=opt_level, disabled_passes=disabled, explain=explain,
                              dump_ir=dump_ir, precision=precision, trust_pickle=trust_pickle,
                              dim_ranges=dict(parse_input_range(r) for r in input_range),
-                             bound_inputs=dict(parse_bind(b) for b in bind))
+                             bound_inputs=dict(parse_bind(b) for b in bind),
+                             buckets=dict(parse_buckets(b) for b in buckets))
     int8 = _quantize_options(**quantize)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,

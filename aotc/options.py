@@ -82,7 +82,10 @@ class CompileOptions:
     dim_ranges: symbolic dim name -> (min, max) sizes the model accepts (``--input-range``):
         the compiler may rely on them, the runtime refuses inputs outside them.
     bound_inputs: input name -> value (``--bind``): the input becomes a constant of the model
-        (then folded: an ``If`` on it keeps one branch) and leaves the signature."""
+        (then folded: an ``If`` on it keeps one branch) and leaves the signature.
+    buckets: symbolic dim name -> sizes (``--buckets seq=16,32,64``): kernels specialized for
+        each size (each combination, for several dims) join the library; a call runs in the
+        smallest bucket that fits, its inputs padded (compiler/buckets.py)."""
 
     opt_level: int = 3
     disabled_passes: tuple[str, ...] = ()
@@ -94,6 +97,7 @@ class CompileOptions:
     trust_pickle: bool = False
     dim_ranges: dict = field(default_factory=dict, compare=False)
     bound_inputs: dict = field(default_factory=dict, compare=False)
+    buckets: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         if self.opt_level not in OPT_LEVELS:

@@ -21,7 +21,7 @@ from aotc.targets import TargetSpec
 
 from aotc.options import CompileOptions
 
-from . import cuda_codegen
+from . import buckets, cuda_codegen
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
@@ -83,6 +83,9 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     explanation = Explanation() if options.explain else None
     mod = in_phase("optimize", lambda: run_phases(model.mod, spec, target, options,
                                                lambda p: say(f"phase {p}"), explanation))
+    bucket_table = None
+    if options.buckets:
+        mod, bucket_table = _add_buckets(model, mod, spec, target, options, say)
     in_phase("runtime check", lambda: check_runtime_only(mod))
     say("phase codegen (LLVM)")
     codegen_start = time.perf_counter()
@@ -108,9 +111,18 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     metadata["tuning"] = tuning_share(mod, metadata["kernels"])
     if options.int8_ranges:
         metadata["quantization"] = {"mode": "int8", "layers": sorted(options.int8_ranges)}
+    if bucket_table is not None:
+        metadata["buckets"] = bucket_table
     say("phase export")
     export_start = time.perf_counter()
     in_phase("export", lambda: _export(executable, Path(output), metadata, _fcompile(spec)))
+    if bucket_table is not None:
+        say("checking the buckets' padding")
+        try:
+            buckets.verify_padding(output, model.signature, bucket_table)
+        except Exception:
+            Path(output).unlink(missing_ok=True)  # a library that would answer wrongly
+            raise
     if explanation is not None:
         explanation.later_phases["export"] = time.perf_counter() - export_start
     metadata["compile_seconds"] = round(time.perf_counter() - start, 2)
@@ -118,6 +130,24 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         explanation.memory = metadata["memory"]
         metadata["explain"] = {"table": explanation.table(), **explanation.to_json()}
     return metadata
+
+
+def _add_buckets(model: ImportedModel, mod, spec: TargetSpec, target, options: CompileOptions,
+                 say: Progress):
+    """The symbolic module merged with one optimized module per bucket combination; returns
+    (module, the bucket table the runtime dispatches with)."""
+    buckets.check_buckets(options.buckets, model.signature, model.source)
+    modules = {"": mod}
+    table = {"dims": {k: sorted(v) for k, v in options.buckets.items()}, "entries": {},
+             "sizes": {}}
+    for sizes in buckets.combinations(options.buckets):
+        say(f"bucket {sizes}")
+        name = buckets.entry_name(sizes)
+        modules[name[len("main"):]] = in_phase("optimize", lambda s=sizes: run_phases(
+            buckets.specialize(model.mod, s), spec, target, options))
+        key = ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
+        table["entries"][key], table["sizes"][key] = name, sizes
+    return in_phase("buckets", lambda: buckets.merge(modules)), table
 
 
 def _export(executable, output: Path, metadata: dict, fcompile=None) -> None:

@@ -54,7 +54,8 @@ class Model:
         except RuntimeError as err:  # e.g. CUDA: no GPU, or a driver older than the runtime
             raise ArtifactError(f"{self.path}: cannot start the {self.device.name} device: "
                                 f"{meaningful_line(err)}") from None
-        self._main = self._vm["main"]
+        self._entries = {"main": self._vm["main"]}
+        self._buckets = self.metadata.get("buckets")
         self._ffi = ffi
         self._lock = threading.Lock()
         forks.track_lock(self)
@@ -87,19 +88,48 @@ class Model:
             inputs = {**dict(zip(self.signature.input_names(), args)), **inputs}
         return self.run(inputs)
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run once; returns {output name: array}."""
+    def run(self, inputs: dict[str, np.ndarray], entry: str | None = None
+            ) -> dict[str, np.ndarray]:
+        """Run once; returns {output name: array}. A library built with buckets runs the
+        smallest bucket that fits (inputs padded, outputs cropped); ``entry="main"`` forces
+        the symbolic entry (to compare with)."""
         arrays = check_inputs(self.signature, inputs)
+        bound = bound_dims(self.signature, arrays)
+        name, sizes = (entry, {}) if entry else self._bucket_for(bound)
+        arrays = [_pad(a, spec, sizes) for a, spec in zip(arrays, self.signature.inputs)]
+        outputs = self._run_entry(name, arrays)
+        if not sizes:
+            return outputs
+        specs = {o.name: o for o in self.signature.outputs}
+        return {k: _crop(v, specs[k], sizes, bound) if k in specs else v
+                for k, v in outputs.items()}
+
+    def _bucket_for(self, bound: dict[str, int]) -> tuple[str, dict[str, int]]:
+        if not self._buckets:
+            return "main", {}
+        sizes = {}
+        for dim, options in self._buckets["dims"].items():
+            fitting = [size for size in options if size >= bound.get(dim, 0)]
+            if dim not in bound or not fitting:
+                return "main", {}
+            sizes[dim] = min(fitting)
+        key = ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
+        return self._buckets["entries"][key], sizes
+
+    def _run_entry(self, name: str, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         specs = list(self.signature.outputs)
         with self._lock:
+            if name not in self._entries:
+                self._entries[name] = self._vm[name]
+            function = self._entries[name]
             try:
                 tensors = [to_tvm(self._ffi, self._staging.aligned(i, a))
                            for i, a in enumerate(arrays)]
                 if not self.device.is_host:
                     tensors = [self.device.upload(t) for t in tensors]
                 result = forks.run(lambda: self._parallelism.run(
-                    lambda: self._main(*tensors),
-                    pool_work=lambda: PLACEMENT.run(lambda: self._main(*tensors))))
+                    lambda: function(*tensors),
+                    pool_work=lambda: PLACEMENT.run(lambda: function(*tensors))))
             except (RuntimeError, IndexError, ValueError, TypeError) as err:
                 # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
                 raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "
@@ -194,6 +224,28 @@ def check_inputs(signature: ModelSignature, inputs: dict) -> list[np.ndarray]:
             raise InputMismatchError(f"dim {dim!r} is {bound[dim]}; this model takes "
                                      f"{low} to {high}")
     return arrays
+
+
+def bound_dims(signature: ModelSignature, arrays: list[np.ndarray]) -> dict[str, int]:
+    """Symbolic dim name -> its size in these (checked) inputs."""
+    return {dim: size for spec, array in zip(signature.inputs, arrays)
+            for dim, size in zip(spec.shape, array.shape) if isinstance(dim, str)}
+
+
+def _pad(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:
+    """Zeros after the data along the bucketed dims (the bucket's size)."""
+    widths = [(0, sizes[d] - n if isinstance(d, str) and d in sizes else 0)
+              for d, n in zip(spec.shape, array.shape)]
+    return np.pad(array, widths) if any(w for _, w in widths) else array
+
+
+def _crop(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int],
+          bound: dict[str, int]) -> np.ndarray:
+    if not sizes or array.ndim != len(spec.shape):
+        return array
+    cut = tuple(slice(0, bound[d]) if isinstance(d, str) and d in sizes else slice(None)
+                for d in spec.shape)
+    return np.ascontiguousarray(array[cut])
 
 
 def _check_one(spec: TensorSpec, value, bound: dict[str, int]) -> np.ndarray:

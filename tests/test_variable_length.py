@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 
 import aotc
 from aotc.errors import AotcError, InputMismatchError, UnsupportedModelError
@@ -93,3 +94,50 @@ def test_bind_fixes_an_input_and_the_if_disappears(tmp_path):
     with pytest.raises(AotcError, match=r"--bind names unknown input\(s\) \['rate'\]"):
         aotc.compile(path, output=tmp_path / "bad.so",
                      options=aotc.CompileOptions(bound_inputs={"rate": [1]}))
+
+
+@pytest.fixture(scope="module")
+def bert_buckets(bert, tmp_path_factory):
+    onnx_path, _, _ = bert
+    out = tmp_path_factory.mktemp("buckets") / "bert_buckets.so"
+    options = aotc.CompileOptions(buckets={"seq": (8, 32), "batch": (1, 2)})
+    return onnx_path, out, aotc.compile(onnx_path, output=out, options=options)
+
+
+def test_buckets_dispatch_pad_and_crop(bert_buckets):
+    """Lengths inside a bucket run padded in it; a batch or length past every bucket runs the
+    symbolic entry. Every answer matches onnxruntime on the unpadded input."""
+    onnx_path, so, meta = bert_buckets
+    assert meta["buckets"]["dims"] == {"batch": [1, 2], "seq": [8, 32]}
+    assert sorted(meta["buckets"]["entries"].values()) == [
+        "main_batch1_seq32", "main_batch1_seq8", "main_batch2_seq32", "main_batch2_seq8"]
+    model = aotc.load(so)
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    for batch, length in [(1, 5), (2, 32), (1, 9), (1, 33), (3, 7)]:
+        inputs = _feed(model.signature.input_names(), batch, length)
+        got = model.run(inputs)
+        for (name, value), want in zip(got.items(), session.run(None, inputs)):
+            assert value.shape == want.shape, (name, batch, length)
+            np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{name} at {batch}x{length}")
+
+
+def _mean_over_sequence() -> onnx.ModelProto:
+    """[batch, seq, 4] -> mean over seq: zeros added by padding change the mean (no mask)."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=0)], "mean",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_buckets_are_refused_for_a_model_that_does_not_mask_padding(tmp_path):
+    onnx.save(_mean_over_sequence(), tmp_path / "mean.onnx")
+    options = aotc.CompileOptions(buckets={"seq": (8, 16)})
+    with pytest.raises(UnsupportedModelError, match="changes output 'y'; the model does not "
+                                                    "mask the padding"):
+        aotc.compile(tmp_path / "mean.onnx", output=tmp_path / "mean.so", options=options)
+    assert not (tmp_path / "mean.so").exists()
+    with pytest.raises(AotcError, match=r"--buckets names \['tokens'\]"):
+        aotc.compile(tmp_path / "mean.onnx", output=tmp_path / "bad.so",
+                     options=aotc.CompileOptions(buckets={"tokens": (8,)}))

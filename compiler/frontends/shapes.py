@@ -68,3 +68,18 @@ def parse_bind(text: str) -> tuple[str, list[float]]:
         raise AotcError(f"bad --bind {text!r}: expected NAME=V or NAME=V1,V2,... with "
                         "numbers, e.g. sr=16000") from None
     return name, numbers
+
+
+def parse_buckets(text: str) -> tuple[str, tuple[int, ...]]:
+    """'seq=16,32,64' -> ('seq', (16, 32, 64)): sizes of a symbolic dim to specialize for."""
+    name, sep, sizes = text.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        values = tuple(sorted({int(v) for v in sizes.split(",")}))
+        if not values or values[0] < 1:
+            raise ValueError
+    except ValueError:
+        raise AotcError(f"bad --buckets {text!r}: expected DIM=S1,S2,... with positive "
+                        "sizes, e.g. seq=16,32,64,128 (DIM: a symbolic dim's name)") from None
+    return name, values
