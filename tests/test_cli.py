@@ -83,3 +83,16 @@ def test_real_subprocess_compile_and_run(tiny_onnx, tmp_path):
     assert run.stdout.startswith("y: float32[1, 10]")
     bad = subprocess.run([*aotc, "run", str(tmp_path / "missing.so")], capture_output=True)
     assert bad.returncode == 2
+
+
+def test_variable_length_options_are_parsed_or_refused_by_name(tiny_onnx, tmp_path):
+    from aotc.compiler.frontends.shapes import parse_bind, parse_buckets, parse_input_range
+    assert parse_input_range("seq=1:512") == ("seq", (1, 512))
+    assert parse_buckets("seq=64,16,32,16") == ("seq", (16, 32, 64))
+    assert parse_bind("sr=16000") == ("sr", [16000.0])
+    for flag, value, named in [("--input-range", "seq=8:4", "expected DIM=MIN:MAX"),
+                               ("--buckets", "seq=0,8", "expected DIM=S1,S2"),
+                               ("--bind", "sr=fast", "expected NAME=V"),
+                               ("--buckets", "seq=8", "--buckets names ['seq']")]:
+        result = invoke("compile", tiny_onnx, "-o", tmp_path / "t.so", flag, value)
+        assert result.exit_code == 1 and named in result.output, result.output

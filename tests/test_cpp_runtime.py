@@ -322,3 +322,30 @@ def test_runner_writes_1d_and_0d_outputs_numpy_reads(runner, tmp_path):
     y, z = outputs_of(tmp_path / "out", ["y", "z"])
     assert y.shape == (4,) and np.array_equal(y, np.maximum(x, 0))
     assert z.shape == () and z == np.float32(2.0)
+
+
+def test_runner_checks_dim_ranges_and_runs_a_bucketed_library(runner, tmp_path):
+    """A library with buckets runs in the runner through its symbolic entry (no dispatch
+    there yet); a dim outside the model's range is refused by name, as in Python."""
+    import onnx
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)], "sum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [onnx.numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "sum.onnx")
+    options = aotc.CompileOptions(dim_ranges={"seq": (1, 8)}, buckets={"seq": (4, 8)})
+    aotc.compile(tmp_path / "sum.onnx", output=tmp_path / "sum.so", options=options)
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    assert np.allclose(aotc.load(tmp_path / "sum.so").run({"x": x})["y"], x.sum(axis=1),
+                       atol=1e-5)
+    done = run_runner([runner, tmp_path / "sum.so", *save_inputs({"x": x}, tmp_path / "in"),
+                       "--output-dir", tmp_path / "out"])
+    assert done.returncode == 0, done.stderr
+    assert np.allclose(outputs_of(tmp_path / "out", ["y"])[0], x.sum(axis=1), atol=1e-5)
+    long = np.zeros((1, 9, 4), np.float32)
+    refused = run_runner([runner, tmp_path / "sum.so", *save_inputs({"x": long}, tmp_path / "l")])
+    assert refused.returncode == 1
+    assert "dim 'seq' is 9; this model takes 1 to 8" in refused.stderr, refused.stderr

@@ -124,6 +124,14 @@ Metadata ReadMetadata(const std::string& path, bool verify) {
   auto signature = Field(object, "signature", path).cast<json::Object>();
   meta.inputs = ParseTensors(signature, "inputs", path);
   meta.outputs = ParseTensors(signature, "outputs", path);
+  auto ranges = signature.find(ffi::Any(ffi::String("dim_ranges")));
+  if (ranges != signature.end()) {
+    for (const auto& [dim, bounds] : (*ranges).second.cast<json::Object>()) {
+      auto pair = bounds.cast<json::Array>();
+      meta.dim_ranges[dim.cast<ffi::String>()] = {pair[0].cast<int64_t>(),
+                                                  pair[1].cast<int64_t>()};
+    }
+  }
   return meta;
 }
 

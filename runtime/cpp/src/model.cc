@@ -160,6 +160,13 @@ void Model::CheckInputs(const std::vector<ffi::Tensor>& inputs) const {
                   ShapeText(tensor.shape()));
     }
   }
+  for (const auto& [dim, range] : meta_.dim_ranges) {
+    auto it = bound.find(dim);
+    if (it != bound.end() && (it->second < range.first || it->second > range.second)) {
+      throw Error("dim '" + dim + "' is " + std::to_string(it->second) + "; this model takes " +
+                  std::to_string(range.first) + " to " + std::to_string(range.second));
+    }
+  }
 }
 
 std::vector<ffi::Tensor> Model::Run(const std::vector<ffi::Tensor>& inputs) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,8 @@ struct Metadata {
   std::string arch;                 // machine the .so was built for (x86_64, aarch64)
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
+  // symbolic dimension -> [min, max] sizes the model takes (signature "dim_ranges")
+  std::map<std::string, std::pair<int64_t, int64_t>> dim_ranges;
 };
 
 // Reads (and with `verify`, checks the hash of) the metadata of an aotc .so without loading it.
