@@ -8,7 +8,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from aotc.cli import main
-from onnx_builders import if_on_an_input, single_op
+from onnx_builders import single_op
 
 
 def invoke(*args):
@@ -29,11 +29,10 @@ def test_inspect_prints_op_table_and_signature(tiny_onnx):
 
 
 def test_inspect_predicts_the_frontend_failures(tmp_path):
-    """Every op of these models is one aotc has a converter for; inspect used to say only
-    that. It now runs the frontend as compile does and gives the reason compile would fail."""
+    """Every op of this model is one aotc has a converter for; inspect used to say only that.
+    It now runs the frontend as compile does and gives the reason compile would fail."""
     import onnx
-    cases = {"switch": (if_on_an_input(), "fix it with --bind NAME=VALUE"),
-             "unique": (single_op("Unique"), "Unique has no aotc kernel")}
+    cases = {"unique": (single_op("Unique"), "Unique has no aotc kernel")}
     for name, (model, reason) in cases.items():
         onnx.save(model, tmp_path / f"{name}.onnx")
         result = invoke("inspect", tmp_path / f"{name}.onnx")

@@ -61,6 +61,8 @@ def test_a_sequence_longer_than_the_position_table_is_refused(bert):
     model = aotc.load(so)
     with pytest.raises(InputMismatchError, match="dim 'seq' is 513; this model takes 1 to 512"):
         model.run(_feed(model.signature.input_names(), 1, 513))
+    with pytest.raises(InputMismatchError, match="dim 'seq' is 0; this model takes at least 1"):
+        model.run(_feed(model.signature.input_names(), 2, 0))
 
 
 def test_input_range_narrows_a_dim_and_bad_ones_are_refused(bert, tmp_path):
@@ -78,19 +80,27 @@ def test_input_range_narrows_a_dim_and_bad_ones_are_refused(bert, tmp_path):
                      options=aotc.CompileOptions(dim_ranges={"tokens": (1, 4)}))
 
 
-def test_bind_fixes_an_input_and_the_if_disappears(tmp_path):
+def test_an_if_on_an_input_runs_either_branch_or_is_bound(tmp_path):
+    """Branches of different shapes: a Relax If in the library, one branch runs per call (it
+    was refused: aotc computed both branches and selected, which needs one shape). With --bind
+    the If is folded away and the input leaves the signature."""
     path = tmp_path / "vad.onnx"
     onnx.save(if_on_an_input(), path)
-    with pytest.raises(UnsupportedModelError, match="no single static shape"):
-        aotc.compile(path, output=tmp_path / "unbound.so")
-    meta = aotc.compile(path, output=tmp_path / "vad.so",
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal(32).astype(np.float32)
+    aotc.compile(path, output=tmp_path / "vad.so")
+    model = aotc.load(tmp_path / "vad.so")
+    for rate, shape in [(16000, (4, 8)), (8000, (2, 16))]:
+        feed = {"x": x, "sr": np.array(rate, np.int64)}
+        got, want = model.run(feed)["y"], session.run(None, feed)[0]
+        assert got.shape == shape
+        np.testing.assert_array_equal(got, want)
+    meta = aotc.compile(path, output=tmp_path / "vad16k.so",
                         options=aotc.CompileOptions(bound_inputs={"sr": [16000]}))
     assert [t["name"] for t in meta["signature"]["inputs"]] == ["x"]
-    x = np.random.default_rng(0).standard_normal(32).astype(np.float32)
-    want = ort.InferenceSession(str(path)).run(None, {"x": x, "sr": np.array(16000)})[0]
-    got = aotc.load(tmp_path / "vad.so").run({"x": x})["y"]
-    np.testing.assert_array_equal(got, want)
-    assert got.shape == (4, 8)
+    assert meta["signature"]["outputs"][0]["shape"] == [4, 8]
+    want = session.run(None, {"x": x, "sr": np.array(16000)})[0]
+    np.testing.assert_array_equal(aotc.load(tmp_path / "vad16k.so").run({"x": x})["y"], want)
     with pytest.raises(AotcError, match=r"--bind names unknown input\(s\) \['rate'\]"):
         aotc.compile(path, output=tmp_path / "bad.so",
                      options=aotc.CompileOptions(bound_inputs={"rate": [1]}))

@@ -23,7 +23,10 @@ def output_specs(mod: tvm.IRModule, names: list[str]) -> tuple[TensorSpec, ...]:
     specs = []
     for i, info in enumerate(fields):
         name = names[i] if i < len(names) else f"output{i}"
-        shape = tuple(_dim(d) for d in info.shape.values) if info.shape is not None else ()
+        if info.shape is not None:
+            shape = tuple(_dim(d) for d in info.shape.values)
+        else:  # known only when the model runs (an If whose branches differ in shape)
+            shape = ("?",) * max(info.ndim, 0)
         specs.append(TensorSpec(name, shape, str(info.dtype)))
     return tuple(specs)
 

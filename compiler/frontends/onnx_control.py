@@ -1,10 +1,13 @@
 """ONNX ``If`` as straight-line ops: TVM 0.27 has no converter for If (nor Loop, Scan).
 
-A constant condition (often one after shape folding) inlines the branch it selects. A run-time
-condition inlines both branches and selects each output with ``Where``: both are computed, which
-is correct for ONNX's side-effect-free branches and costs the branch not taken. That needs both
-branches to give outputs of one static shape (ONNX shape inference merges them; an unknown dim
-means they may differ), else the If is refused with a clear error.
+A constant condition (often one after shape folding, or an input fixed with ``--bind``) inlines
+the branch it selects. A run-time condition with outputs of one static shape (ONNX shape
+inference merges the branches'; an unknown dim means they may differ) inlines both branches and
+selects each output with ``Where``: both are computed, which is correct for ONNX's side-effect-
+free branches, costs the branch not taken and keeps the graph one dataflow block that fuses.
+Outputs whose shapes differ between branches leave the If to TVM's importer, which makes it a
+Relax ``If`` (one branch runs; the graph around it is not fused); onnx_importer gives its
+results fresh symbolic dims.
 
 Branch-internal names are renamed (they may repeat outer names); branch initializers become
 Constant nodes. A branch that itself holds a subgraph (a nested If, Loop or Scan) is refused."""
@@ -31,11 +34,7 @@ def if_to_where(node: onnx.NodeProto, info: GraphInfo) -> list[onnx.NodeProto]:
     for name in node.output:
         shape = info.shape(name)
         if shape is None or None in shape:
-            raise UnsupportedModelError(
-                f"If node {node.name!r}: output {name!r} has no single static shape across both "
-                "branches; aotc computes both branches and selects, which needs one. If the "
-                "condition comes from an input that is a setting (a sample rate, a mode), fix "
-                "it with --bind NAME=VALUE and the If keeps one branch")
+            return None  # TVM's importer makes it a Relax If: one branch runs
     then_nodes, then_outs = inline_branch(then_graph, info, node)
     else_nodes, else_outs = inline_branch(else_graph, info, node)
     selects = [helper.make_node("Where", [cond, t, e], [name])

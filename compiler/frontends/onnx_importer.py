@@ -46,6 +46,7 @@ class AotcImporter(onnx_frontend.ONNXGraphImporter):
 
     def _parse_graph_input(self, graph):
         super()._parse_graph_input(graph)
+        self._nodes = _ShapedNodes(self._nodes, self.bb)
         self.symbolic = SymbolicShapes(self.bb)
         for value in self._inputs.values():
             shape = getattr(value.ty, "shape", None)
@@ -55,6 +56,11 @@ class AotcImporter(onnx_frontend.ONNXGraphImporter):
                     if isinstance(dim, tvm.tirx.Var) and dim.name in self.given_ranges:
                         low, high = self.given_ranges[dim.name]
                         self.symbolic.limit(dim, low, high, "--input-range")
+
+    def _convert_subgraph(self, bb, graph):
+        result = super()._convert_subgraph(bb, graph)
+        self._nodes = _ShapedNodes(self._nodes, self.bb)  # TVM restores a plain dict
+        return result
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
         symbolic = getattr(self, "symbolic", None)
@@ -67,6 +73,29 @@ class AotcImporter(onnx_frontend.ONNXGraphImporter):
         if result is None:
             return super()._convert_operator(op_name, inputs, attrs, opset)
         return self.bb.normalize(result)
+
+
+class _ShapedNodes(dict):
+    """The importer's table of ONNX names to Relax values. A tensor stored with a known rank
+    and an unknown shape (the result of an ``If`` whose branches give different shapes) gets
+    fresh symbolic dims through a match_cast: LegalizeOps turns only ops of known shape into
+    kernels ("CodeGenVM cannot emit R.nn.relu" on the If's result)."""
+
+    def __init__(self, nodes: dict, bb):
+        super().__init__(nodes)
+        self.bb = bb
+
+    def __setitem__(self, name, value):
+        ty = getattr(value, "ty", None)
+        if isinstance(value, relax.Var) and isinstance(ty, relax.TensorType) and \
+                ty.shape is None and ty.ndim >= 0:
+            dims = [tvm.tirx.Var(f"{_dim_hint(name)}_{k}", "int64") for k in range(ty.ndim)]
+            value = self.bb.match_cast(value, relax.TensorType(dims, ty.dtype))
+        super().__setitem__(name, value)
+
+
+def _dim_hint(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)[-24:] or "dim"
 
 
 def import_graph(model: onnx.ModelProto, shape_dict: dict, dtype_dict: dict,
