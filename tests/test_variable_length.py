@@ -61,7 +61,7 @@ def test_a_sequence_longer_than_the_position_table_is_refused(bert):
     model = aotc.load(so)
     with pytest.raises(InputMismatchError, match="dim 'seq' is 513; this model takes 1 to 512"):
         model.run(_feed(model.signature.input_names(), 1, 513))
-    with pytest.raises(InputMismatchError, match="dim 'seq' is 0; this model takes at least 1"):
+    with pytest.raises(InputMismatchError, match=r"expected shape \['batch', 'seq'\], got \[2, 0\]"):
         model.run(_feed(model.signature.input_names(), 2, 0))
 
 

@@ -160,6 +160,9 @@ void Model::CheckInputs(const std::vector<ffi::Tensor>& inputs) const {
                   ShapeText(tensor.shape()));
     }
   }
+  for (const auto& [dim, size] : bound) {  // the compiler took symbolic dims to be >= 1
+    if (size == 0) throw Error("dim '" + dim + "' is 0; this model takes at least 1");
+  }
   for (const auto& [dim, range] : meta_.dim_ranges) {
     auto it = bound.find(dim);
     if (it != bound.end() && (it->second < range.first || it->second > range.second)) {
