@@ -155,3 +155,33 @@ def topk(data: te.Tensor, k: int, axis: int = -1, ret_type: str = "both",
     if ret_type == "indices":
         return indices
     return [values, indices]
+
+
+def median(data: te.Tensor, axis, keepdims: bool):
+    """torch's median (the lower of the two middle values) over one axis, with its index, or
+    over every element (value only), as TVM's legalization of ``relax.median`` defines it, on
+    this file's sort."""
+    from tvm import topi
+    if not axis:
+        count = 1
+        for dim in data.shape:
+            count = count * dim
+        flat = topi.reshape(data, [count])
+        order = sort_order(flat, 0, True)
+        middle = te.compute((1,), lambda _i: flat[order[(count - 1) // 2]], name="aotc_median")
+        return middle if keepdims else topi.reshape(middle, [])
+    axis = int(axis[0]) % len(data.shape)
+    order = sort_order(data, axis, True)
+    middle = (data.shape[axis] - 1) // 2
+    shape = [1 if k == axis else d for k, d in enumerate(data.shape)]
+
+    def pick(*index):
+        at = list(index)
+        at[axis] = middle
+        return order[tuple(at)]
+    index = te.compute(shape, pick, name="aotc_median_index")
+    value = te.compute(shape, lambda *i: data[tuple(
+        index[i] if k == axis else i[k] for k in range(len(shape)))], name="aotc_median_value")
+    if not keepdims:
+        value, index = topi.squeeze(value, axis=[axis]), topi.squeeze(index, axis=[axis])
+    return value, index

@@ -1,13 +1,14 @@
 """SelfContainedKernels: Relax ops whose TVM kernels need TVM's compiler at run time become
-aotc's TIR kernels: ``relax.sort``, ``relax.argsort``, ``relax.topk`` and ``relax.nonzero``.
+aotc's TIR kernels: ``relax.sort``, ``relax.argsort``, ``relax.topk``, ``relax.median`` and
+``relax.nonzero``.
 
 Why: TVM's DispatchSortScan turns sort, argsort and top-k into calls of ``tvm.contrib.sort.*``,
 packed functions of TVM's compiler library; nonzero runs as ``relax.run.nonzero``, a numpy
 function TVM's Python package registers. A model using them ran in the process that compiled
 it and failed in every other ("top-k compiles and then fails in a new process").
 
-How: sort, argsort and top-k become ``call_te`` of lower/sort_kernels.py (a stable merge sort,
-its permutation gathered and, for top-k, cut to k); nonzero counts the non-zero elements
+How: sort, argsort, top-k and median become ``call_te`` of lower/sort_kernels.py (a stable
+merge sort, its permutation gathered and, for top-k, cut to k; median picks the lower middle); nonzero counts the non-zero elements
 first (that count is its output's extent) and then calls lower/nonzero_kernel.py.
 
 Where: before DispatchSortScan and LegalizeOps. compiler/runtime_deps.py refuses whatever
@@ -22,7 +23,7 @@ from tvm.relax import op as R
 from ...lower import nonzero_kernel, sort_kernels
 from ...relax_walk import mutate_if_any, op_name
 
-OPS = ("relax.sort", "relax.argsort", "relax.topk", "relax.nonzero")
+OPS = ("relax.sort", "relax.argsort", "relax.topk", "relax.nonzero", "relax.median")
 
 
 @relax.expr_functor.mutator
@@ -43,6 +44,10 @@ class _Mutator(relax.PyExprMutator):
                               primfunc_name_hint="aotc_topk")
         if name == "relax.nonzero":
             return self._nonzero(call.args[0])
+        if name == "relax.median":
+            axis = [int(a) for a in attrs.axis] if attrs.axis is not None else None
+            return bb.call_te(sort_kernels.median, call.args[0], axis, bool(attrs.keepdims),
+                              primfunc_name_hint="aotc_median")
         return call
 
     def _nonzero(self, data: relax.Expr) -> relax.Expr:
