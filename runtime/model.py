@@ -93,13 +93,12 @@ class Model:
         """Run once; returns {output name: array}. A library built with buckets runs the
         smallest bucket that fits (inputs padded, outputs cropped); ``entry="main"`` forces
         the symbolic entry (to compare with)."""
-        arrays = check_inputs(self.signature, inputs)
-        bound = bound_dims(self.signature, arrays)
+        arrays, bound = check_inputs(self.signature, inputs)
         name, sizes = (entry, {}) if entry else self._bucket_for(bound)
+        if not sizes:
+            return self._run_entry(name, arrays)
         arrays = [_pad(a, spec, sizes) for a, spec in zip(arrays, self.signature.inputs)]
         outputs = self._run_entry(name, arrays)
-        if not sizes:
-            return outputs
         specs = {o.name: o for o in self.signature.outputs}
         return {k: _crop(v, specs[k], sizes, bound) if k in specs else v
                 for k, v in outputs.items()}
@@ -208,9 +207,11 @@ def _load_by_content(ffi, path: Path, digest: str):
         link.unlink(missing_ok=True)  # the mapping stays; the name is no longer needed
 
 
-def check_inputs(signature: ModelSignature, inputs: dict) -> list[np.ndarray]:
+def check_inputs(signature: ModelSignature, inputs: dict
+                 ) -> tuple[list[np.ndarray], dict[str, int]]:
     """Inputs in signature order, contiguous and native (not necessarily 64-byte aligned:
-    InputStaging sees to that); any mismatch raises with expected vs. got."""
+    InputStaging sees to that), and the size each symbolic dim took; any mismatch raises with
+    expected vs. got."""
     expected = signature.input_names()
     missing = [n for n in expected if n not in inputs]
     unknown = [n for n in inputs if n not in expected]
@@ -223,13 +224,7 @@ def check_inputs(signature: ModelSignature, inputs: dict) -> list[np.ndarray]:
         if dim in bound and not low <= bound[dim] <= high:
             raise InputMismatchError(f"dim {dim!r} is {bound[dim]}; this model takes "
                                      f"{low} to {high}")
-    return arrays
-
-
-def bound_dims(signature: ModelSignature, arrays: list[np.ndarray]) -> dict[str, int]:
-    """Symbolic dim name -> its size in these (checked) inputs."""
-    return {dim: size for spec, array in zip(signature.inputs, arrays)
-            for dim, size in zip(spec.shape, array.shape) if isinstance(dim, str)}
+    return arrays, bound
 
 
 def _pad(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:
@@ -241,7 +236,7 @@ def _pad(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarr
 
 def _crop(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int],
           bound: dict[str, int]) -> np.ndarray:
-    if not sizes or array.ndim != len(spec.shape):
+    if array.ndim != len(spec.shape):
         return array
     cut = tuple(slice(0, bound[d]) if isinstance(d, str) and d in sizes else slice(None)
                 for d in spec.shape)
