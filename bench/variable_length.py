@@ -26,16 +26,16 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_models import median_ms_in_subprocess  # noqa: E402
+from bench_models import MEASURE, median_ms_in_subprocess  # noqa: E402
 
 SMALL = {"bert": {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                   "intermediate_size": 512},
          "gpt2": {"n_embd": 128, "n_layer": 2, "n_head": 4}}
 ENGINES = ("aotc_dynamic", "aotc_buckets", "aotc_fixed", "onnxruntime")
+# One engine's run() on one length; bench_models.MEASURE times it and prints the median ms.
 TIMER = """
-import time, numpy as np
 from aotc.examples.dynamic_transformers import feed
-ENGINE, PATH, NAMES, BATCH, LENGTH, VOCAB, RUNS = {args}
+ENGINE, PATH, NAMES, BATCH, LENGTH, VOCAB = {args}
 inputs = feed(NAMES, BATCH, LENGTH, VOCAB)
 if ENGINE == "onnxruntime":
     import onnxruntime as ort
@@ -45,11 +45,6 @@ else:
     import aotc
     model = aotc.load(PATH)
     run = lambda: model.run(inputs)
-for _ in range(3): run()
-times = []
-for _ in range(RUNS):
-    start = time.perf_counter(); run(); times.append(time.perf_counter() - start)
-print(float(np.median(times)) * 1e3)
 """
 
 
@@ -75,8 +70,8 @@ def bench_model(name: str, work: Path, args) -> list[dict]:
         for k in range(args.rounds):
             order = ENGINES if k % 2 == 0 else ENGINES[::-1]
             per_round.append({engine: median_ms_in_subprocess(
-                [TIMER.format(args=repr((engine, str(paths[engine]), names, args.batch, length,
-                                         vocab, args.runs)))], f"{engine} {name} {length}")
+                [_script(engine, paths[engine], names, args.batch, length, vocab, args.runs)],
+                f"{engine} {name} {length}")
                 for engine in order})
         row = {"model": name, "batch": args.batch, "seq": length, "rounds": per_round,
                "compile_s": {"dynamic": dynamic["compile_seconds"],
@@ -95,6 +90,12 @@ def bench_model(name: str, work: Path, args) -> list[dict]:
             f"buckets/ORT {row['aotc_buckets_vs_onnxruntime']:.2f}", flush=True)
         rows.append(row)
     return rows
+
+
+def _script(engine: str, path: Path, names, batch: int, length: int, vocab: int,
+            runs: int) -> str:
+    setup = TIMER.format(args=repr((engine, str(path), names, batch, length, vocab)))
+    return setup + MEASURE.replace("WARMUP", "3").replace("RUNS", str(runs))
 
 
 def _plot(rows: list[dict], path: Path) -> None:

@@ -25,8 +25,10 @@ import tvm
 from tvm import relax
 
 from aotc.errors import AotcError, UnsupportedModelError
+from aotc.runtime.inputs import random_inputs
 from aotc.runtime.signature import ModelSignature
 
+from .frontends.shapes import check_dim_names
 from .relax_walk import mutate_functions
 
 
@@ -42,11 +44,7 @@ def entry_name(sizes: dict[str, int]) -> str:
 
 
 def check_buckets(buckets: dict, signature: ModelSignature, source: str) -> None:
-    dims = {d for t in signature.inputs for d in t.shape if isinstance(d, str)}
-    unknown = sorted(set(buckets) - dims)
-    if unknown:
-        raise AotcError(f"{source}: --buckets names {unknown}, which no input has; the model's "
-                        f"symbolic dims are {sorted(dims) or 'none'}")
+    check_dim_names("--buckets", buckets, signature.inputs, source)
     for name, sizes in buckets.items():
         low, high = signature.dim_ranges.get(name, (1, None))
         bad = [s for s in sizes if s < low or (high is not None and s > high)]
@@ -125,16 +123,10 @@ def verify_padding(path, signature: ModelSignature, table: dict, rtol=1e-3, atol
 
 
 def _feed(signature: ModelSignature, sizes: dict[str, int]) -> dict:
-    """Inputs for the check: token-like integers in [0, 2) (valid ids for any vocabulary),
-    masks of ones, floats from a normal distribution; symbolic dims at ``sizes`` or 1."""
-    rng = np.random.default_rng(0)
-    feed = {}
-    for spec in signature.inputs:
-        shape = tuple(d if isinstance(d, int) else sizes.get(d, 1) for d in spec.shape)
-        if "mask" in spec.name.lower():
-            feed[spec.name] = np.ones(shape, spec.dtype)
-        elif np.issubdtype(np.dtype(spec.dtype), np.integer) or spec.dtype == "bool":
-            feed[spec.name] = rng.integers(0, 2, size=shape).astype(spec.dtype)
-        else:
-            feed[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+    """Random inputs (runtime/inputs.py) with the bucketed dims at ``sizes``, and masks of
+    ones: every position is real, so only the padding can change the outputs."""
+    feed = random_inputs(signature, seed=0, dims=sizes)
+    for name, value in feed.items():
+        if "mask" in name.lower():
+            feed[name] = np.ones_like(value)
     return feed

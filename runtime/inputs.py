@@ -9,13 +9,16 @@ from aotc.errors import AotcError
 from .signature import ModelSignature
 
 
-def random_inputs(signature: ModelSignature, seed: int = 0, dim_default: int = 1) -> dict:
-    """Random arrays matching the signature; symbolic dims get ``dim_default``. Integer
-    inputs (token ids, indices) are drawn from [0, 2): the only range valid for any model."""
+def random_inputs(signature: ModelSignature, seed: int = 0, dim_default: int = 1,
+                  dims: dict[str, int] | None = None) -> dict:
+    """Random arrays matching the signature; symbolic dims get their size in ``dims``, else
+    ``dim_default``. Integer inputs (token ids, indices) are drawn from [0, 2): the only range
+    valid for any model."""
     rng = np.random.default_rng(seed)
+    dims = dims or {}
     feed = {}
     for spec in signature.inputs:
-        shape = tuple(d if isinstance(d, int) else dim_default for d in spec.shape)
+        shape = tuple(d if isinstance(d, int) else dims.get(d, dim_default) for d in spec.shape)
         if np.issubdtype(np.dtype(spec.dtype), np.integer):
             feed[spec.name] = rng.integers(0, 2, size=shape).astype(spec.dtype)
         elif spec.dtype == "bool":

@@ -25,7 +25,7 @@ from .onnx_lowbit import CARRIED, carry_narrow_types, needs_carrying
 from .onnx_ops import check_ops, model_opset, ops_to_expand
 from .onnx_qlinear import expand_qlinear
 from .onnx_rewrites import INLINING, apply_rewrites
-from .shapes import apply_overrides
+from .shapes import apply_overrides, check_dim_names
 
 
 def read_onnx(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -152,7 +152,7 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None,
     if bound:
         model = bind_inputs(model, bound, name)
     inputs = graph_inputs(model)
-    check_dim_names(inputs, dim_ranges or {}, name)
+    check_ranges(inputs, dim_ranges or {}, name)
     shapes = apply_overrides({t.name: t.shape for t in inputs}, input_shapes or {}, name)
     unknown = [n for n, s in shapes.items() if "?" in s]
     if unknown:
@@ -178,13 +178,9 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None,
     return ImportedModel(mod, ModelSignature(tuple(inputs), outputs, ranges), name)
 
 
-def check_dim_names(inputs: list[TensorSpec], dim_ranges: dict, name: str) -> None:
+def check_ranges(inputs: list[TensorSpec], dim_ranges: dict, name: str) -> None:
     """--input-range names symbolic dims of the model's inputs, with 1 <= min <= max."""
-    dims = {d for t in inputs for d in t.shape if isinstance(d, str)}
-    unknown = sorted(set(dim_ranges) - dims)
-    if unknown:
-        raise ModelLoadError(f"{name}: --input-range names {unknown}, which no input has; the "
-                             f"model's symbolic dims are {sorted(dims) or 'none'}")
+    check_dim_names("--input-range", dim_ranges, inputs, name)
     for dim, (low, high) in dim_ranges.items():
         if not 1 <= low <= high:
             raise ModelLoadError(f"{name}: --input-range {dim}={low}:{high} is empty or below 1")

@@ -61,7 +61,6 @@ class SymbolicShapes:
         self.bounded: set = set()
         # dim name -> (min, max) the model needs; the runtime refuses inputs outside them
         self.ranges: dict[str, tuple[int, int]] = {}
-        self.reasons: dict[str, str] = {}
 
     # -- reading values -------------------------------------------------------------------
     def bound_dims(self, shape) -> None:
@@ -80,7 +79,6 @@ class SymbolicShapes:
             raise UnsupportedModelError(
                 f"dim {name!r} must be in [{low}, {high}], which is empty ({reason})")
         self.ranges[name] = (low, high)
-        self.reasons.setdefault(name, reason)
         self.analyzer.update(dim, ConstIntBound(low, high), override=True)
 
     def value_of(self, expr) -> SymValue | None:
@@ -288,6 +286,18 @@ def _logical(fn):
     return combine
 
 
+def _where_op(sym, values, attrs):
+    if values[0] is None or any(v is None for v in values[1:]):
+        return None
+    operands = _broadcast(values)
+    if operands is None:
+        return None
+    picked = [_where(sym, c, a, b) for c, a, b in zip(*operands)]
+    if any(p is None for p in picked):
+        return None
+    return SymValue(tuple(picked), all(v.scalar for v in values), values[1].dtype)
+
+
 _ARITHMETIC = {
     "Gather": _gather, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Concat": _concat,
     "Slice": _slice_values, "Cast": _cast, "Reshape": _reshape_values, "Identity": _identity,
@@ -308,22 +318,10 @@ _ARITHMETIC = {
     "Not": _elementwise(_not, "bool"),
     "And": _elementwise(_logical(lambda a, b: a and b), "bool"),
     "Or": _elementwise(_logical(lambda a, b: a or b), "bool"),
+    "Where": _where_op,
 }
 
 
-def _where_op(sym, values, attrs):
-    if values[0] is None or any(v is None for v in values[1:]):
-        return None
-    operands = _broadcast(values)
-    if operands is None:
-        return None
-    picked = [_where(sym, c, a, b) for c, a, b in zip(*operands)]
-    if any(p is None for p in picked):
-        return None
-    return SymValue(tuple(picked), all(v.scalar for v in values), values[1].dtype)
-
-
-_ARITHMETIC["Where"] = _where_op
 
 
 # -- consumers of shape values -------------------------------------------------------------

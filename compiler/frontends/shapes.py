@@ -83,3 +83,12 @@ def parse_buckets(text: str) -> tuple[str, tuple[int, ...]]:
         raise AotcError(f"bad --buckets {text!r}: expected DIM=S1,S2,... with positive "
                         "sizes, e.g. seq=16,32,64,128 (DIM: a symbolic dim's name)") from None
     return name, values
+
+
+def check_dim_names(flag: str, names, inputs, source: str) -> None:
+    """``flag`` (--input-range, --buckets) names only symbolic dims of the model's inputs."""
+    dims = {d for t in inputs for d in t.shape if isinstance(d, str)}
+    unknown = sorted(set(names) - dims)
+    if unknown:
+        raise AotcError(f"{source}: {flag} names {unknown}, which no input has; the model's "
+                        f"symbolic dims are {sorted(dims) or 'none'}")

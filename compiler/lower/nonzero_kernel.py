@@ -12,7 +12,7 @@ from tvm import te, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-INDEX = "int64"
+from .sort_kernels import INDEX, local_scalar
 
 
 def _nonzero_ir(data, out, out_count):
@@ -24,7 +24,7 @@ def _nonzero_ir(data, out, out_count):
         flat, out = T.buffer_proxy(data), T.buffer_proxy(out)  # flat indices
         count = tirx.Cast(INDEX, out_count)
         with T.serial(0, 1):  # one pass; the builder declares the counter inside a frame
-            found = T.buffer_proxy(T.decl_buffer([1], INDEX, scope="local"))
+            found = local_scalar(INDEX)
             found[0] = tirx.const(0, INDEX)
             with T.serial(0, total) as i:
                 with T.If(_is_set(flat[i], data.dtype)):

@@ -47,11 +47,11 @@ def _merge_sort_ir(data, order, swap, axis: int, ascending: bool):
 
             with T.serial(0, size) as j:
                 order[at(j)] = tirx.Cast(INDEX, j)
-            width = _local(INDEX)
-            low = _local(INDEX)
-            left = _local(INDEX)
-            right = _local(INDEX)
-            take_left = _local("bool")
+            width = local_scalar(INDEX)
+            low = local_scalar(INDEX)
+            left = local_scalar(INDEX)
+            right = local_scalar(INDEX)
+            take_left = local_scalar("bool")
             width[0] = tirx.const(1, INDEX)
             with T.While(width[0] < size):
                 low[0] = tirx.const(0, INDEX)
@@ -78,8 +78,8 @@ def _merge_sort_ir(data, order, swap, axis: int, ascending: bool):
         return ib.get()
 
 
-def _local(dtype: str):
-    """A mutable scalar of the kernel (a one-element local buffer)."""
+def local_scalar(dtype: str):
+    """A mutable scalar of a kernel built with the IR builder (a one-element local buffer)."""
     return T.buffer_proxy(T.decl_buffer([1], dtype, scope="local"))
 
 
