@@ -17,7 +17,9 @@ from aotc.errors import ArtifactError, InputMismatchError, ModelRunError, meanin
 from ._tvm_runtime import tvm_ffi
 from .artifact import read_metadata
 from .devices import DEVICES
+from .buffers import TVM_ALIGNMENT, aligned_empty
 from .exotic_dtypes import to_numpy, to_tvm
+from . import loops
 from .signature import ModelSignature, TensorSpec
 from . import forks
 from .parallelism import Parallelism
@@ -40,6 +42,7 @@ class Model:
         self.device = DEVICES[self.metadata["target"].get("device", "cpu")]
         settings.apply_thread_setting()
         ffi = tvm_ffi()
+        loops.register(ffi)  # before the VM starts: it resolves its functions then
         try:
             self.device.load_runtime()
         except ArtifactError as err:
@@ -293,30 +296,6 @@ def _compact_empty(value: np.ndarray) -> np.ndarray:
     # types (float8...) into an unreadable '<f1'
     return np.ndarray(value.shape, value.dtype, buffer=np.empty(1, value.dtype),
                       strides=tuple(strides))
-
-
-# TVM compiles kernels assuming every tensor argument is 64-byte aligned (it emits aligned AVX-512
-# loads); numpy only guarantees 16. An unaligned input segfaulted intermittently (SqueezeNet's
-# first conv, BERT's embedding) depending on where malloc put the array.
-TVM_ALIGNMENT = 64
-
-
-def aligned(array: np.ndarray) -> np.ndarray:
-    """``array`` itself if 64-byte aligned (or empty: nothing is read), else an aligned copy."""
-    if array.size == 0 or array.ctypes.data % TVM_ALIGNMENT == 0:
-        return array
-    out = aligned_empty(array.shape, array.dtype)
-    out[...] = array
-    return out
-
-
-def aligned_empty(shape, dtype) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data is 64-byte aligned."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + TVM_ALIGNMENT, dtype=np.uint8)
-    offset = -raw.ctypes.data % TVM_ALIGNMENT
-    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
 def _dim_matches(want, got: int, bound: dict[str, int]) -> bool:

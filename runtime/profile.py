@@ -21,7 +21,8 @@ import numpy as np
 
 from .exotic_dtypes import to_tvm
 from .inputs import random_inputs
-from .model import Model, aligned
+from .buffers import aligned
+from .model import Model
 from .thread_placement import PLACEMENT
 
 _MIN_REPEAT_SECONDS = 2e-3  # each timed repeat calls a kernel often enough to last this long

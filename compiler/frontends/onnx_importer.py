@@ -18,6 +18,7 @@ from tvm.relax.frontend.onnx import onnx_frontend
 
 from .onnx_ops import model_opset
 from .onnx_bitcast import bitcast
+from .onnx_loop import convert_loop
 from .onnx_runtime_axes import REDUCTIONS, convert_reduction
 from .onnx_runtime_params import CONVERTERS as RUNTIME_PARAM_CONVERTERS
 from .onnx_symbolic import SymbolicShapes
@@ -26,7 +27,7 @@ from .onnx_symbolic import SymbolicShapes
 OWN_RELAX_CONVERTERS = {**{op: partial(convert_reduction, op) for op in REDUCTIONS},
                         **RUNTIME_PARAM_CONVERTERS, "BitCast": bitcast}
 # Ops TVM has no converter for at all: only OWN_RELAX_CONVERTERS handle them.
-RELAX_ONLY = frozenset({"CumProd", "BitCast"})
+RELAX_ONLY = frozenset({"CumProd", "BitCast", "Loop"})
 
 
 class AotcImporter(onnx_frontend.ONNXGraphImporter):
@@ -63,6 +64,8 @@ class AotcImporter(onnx_frontend.ONNXGraphImporter):
         return result
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
+        if op_name == "Loop":
+            return convert_loop(self, list(inputs), attrs, attrs["tvm_custom"]["name"])
         symbolic = getattr(self, "symbolic", None)
         result = symbolic.convert(op_name, inputs, attrs) if symbolic is not None else None
         if result is not None:

@@ -129,14 +129,28 @@ def _schema_or_none(op_type: str, opset: int):
         return None
 
 
+def all_nodes(graph: onnx.GraphProto):
+    """The graph's nodes, each followed by the nodes of its subgraphs."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from all_nodes(sub)
+
+
 def op_table(model: onnx.ModelProto) -> list[OpRow]:
-    """One row per (domain, op type) used by the main graph, with whether we can import it."""
+    """One row per (domain, op type) used by the graph and its subgraphs (If branches, Loop
+    and Scan bodies), with whether we can import it."""
     converters = _converter_map()
     opset = model_opset(model)
-    counts = collections.Counter((n.domain, n.op_type) for n in model.graph.node)
+    nodes = list(all_nodes(model.graph))
+    counts = collections.Counter((n.domain, n.op_type) for n in nodes)
     first, gaps, attrs = {}, {}, collections.defaultdict(set)
     constants = constant_values(model)
-    for node in model.graph.node:
+    for node in nodes:
         key = (node.domain, node.op_type)
         first.setdefault(key, node.name or "<unnamed>")
         attrs[key].update(a.name for a in node.attribute)

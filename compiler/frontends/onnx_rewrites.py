@@ -28,9 +28,9 @@ from .onnx_rnn import expand_recurrent
 from .onnx_scan import unroll_scan
 
 # Ops TVM has no converter for that aotc converts itself (the op check accepts them): here,
-# or in Relax by onnx_importer (CumProd, BitCast).
+# or in Relax by onnx_importer (CumProd, BitCast, Loop).
 OWN_CONVERTERS = ("If", "Scan", "LSTM", "GRU", "RNN", "LpNormalization", "DFT", "CumProd",
-                  "BitCast")
+                  "BitCast", "Loop")
 # Rewrites that inline subgraphs: their nodes are folded and rewritten in another round.
 INLINING = ("If", "Scan")
 

@@ -118,7 +118,10 @@ static ffi::Module LoadLibrary(const Metadata& meta, const std::string& path) {
   }
 }
 
+void RegisterLoopDriver();  // loops.cc
+
 static ffi::Module StartVM(const ffi::Module& lib, DLDevice device, const std::string& path) {
+  RegisterLoopDriver();  // before vm_initialization, which resolves the functions a model calls
   ffi::Module vm = Get(lib, "vm_load_executable", path)().cast<ffi::Module>();
   try {
     Get(vm, "vm_initialization", path)(static_cast<int>(device.device_type), 0, kPooledAllocator,
