@@ -120,3 +120,46 @@ def test_a_body_that_changes_a_carried_rank_is_refused_by_name(tmp_path):
     body.output[1].CopyFrom(helper.make_tensor_value_info("h_lifted", TensorProto.FLOAT, None))
     with pytest.raises(AotcError, match="carried value 0 changes rank"):
         import_onnx(model, None)
+
+
+def test_a_scripted_torch_decoder_exported_by_torch_matches(tmp_path):
+    """torch.jit.script turns a Python ``for`` with ``break`` into an ONNX Loop (legacy
+    exporter); the end token is one the decoder emits a few steps in, so the loop stops
+    early for some inputs and runs to max_len for others."""
+    torch = pytest.importorskip("torch")
+
+    class Decoder(torch.nn.Module):
+        def __init__(self, eos: int):
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 32)
+            self.cell = torch.nn.Linear(64, 32)
+            self.head = torch.nn.Linear(32, 50)
+            self.eos = eos
+
+        def forward(self, h: torch.Tensor, max_len: int = 40):
+            token = torch.zeros(h.shape[0], dtype=torch.long)
+            tokens = torch.zeros(h.shape[0], 0, dtype=torch.long)
+            for _ in range(max_len):
+                h = torch.tanh(self.cell(torch.cat([self.emb(token), h], 1)))
+                token = self.head(h).argmax(-1)
+                tokens = torch.cat([tokens, token.unsqueeze(1)], 1)
+                if bool((token == self.eos).all()):
+                    break
+            return tokens, h
+
+    torch.manual_seed(0)
+    decoder = Decoder(eos=-1).eval()
+    states = [torch.randn(1, 32, generator=torch.Generator().manual_seed(s)) for s in range(6)]
+    with torch.no_grad():
+        decoder.eos = int(decoder(states[0])[0][0, 4])  # seed 0 stops at step 5 or before
+    path = tmp_path / "decoder.onnx"
+    torch.onnx.export(torch.jit.script(decoder), (states[0],), path, input_names=["h"],
+                      output_names=["tokens", "h_out"], dynamo=False, opset_version=17)
+    assert "Loop" in {n.op_type for n in onnx.load(path).graph.node}
+    so = tmp_path / "decoder.so"
+    aotc.compile(path, output=so)
+    limit_name = [i.name for i in onnx.load(path).graph.input if i.name != "h"][0]
+    feeds = [{"h": s.numpy(), limit_name: np.array(40, np.int64)} for s in states]
+    results = _match(path, so, feeds)
+    lengths = [r[0].shape[1] for r in results]
+    assert lengths[0] <= 5 and max(lengths) > 5
