@@ -16,16 +16,12 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .cpu_blocks import _extent, vector_lanes
+from .cpu_blocks import _extent, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
 from .cpu_rows import compute_rows_under, inline_single_reader_blocks, schedule_injective_tail
 
 ROWS = 8  # query rows per parallel task (FuseAttention pads the rows to a multiple of 8)
 OUT_VECTORS = 16  # accumulators of the output tile: ROWS x (OUT_VECTORS / ROWS) vectors
-
-
-def _static(info) -> bool:
-    return all(isinstance(d, (int, tirx.IntImm)) for d in info.dom())
 
 
 def _attention_blocks(sch: s_tir.Schedule):
@@ -35,7 +31,7 @@ def _attention_blocks(sch: s_tir.Schedule):
     if not infos:
         return None
     reductions = [i for i, info in enumerate(infos) if not info.is_injective()]
-    if len(reductions) != 4 or not all(_static(info) for info in infos):
+    if len(reductions) != 4:
         return None
     first, last = infos[reductions[0]], infos[reductions[-1]]
     macs = [_is_multiply_accumulate(sch.get(infos[i].block_rv)) for i in reductions]
@@ -57,7 +53,11 @@ class Attention(ScheduleRule):
         scores, out, middle, epilogues = found
         lanes = vector_lanes(target, sch.get(out.block_rv).writes[0].source.dtype.bits)
         *batch, rows, cols, keys = sch.get_loops(out.block_rv)
-        if _extent(sch, keys) % lanes or _extent(sch, cols) % lanes:
+        # keys and query rows may be symbolic (a sequence length): FuseAttention pads them
+        # to whole vectors and row blocks; the head dim is static
+        if _extent(sch, cols) is None or not divisible(sch, cols, lanes) or \
+                not divisible(sch, keys, lanes) or \
+                (_extent(sch, rows) is None and not divisible(sch, rows, ROWS)):
             return None
         row_out, row_in = sch.split(rows, factors=[None, ROWS])
         col_tile = lanes * max(1, min(_extent(sch, cols) // lanes, OUT_VECTORS // ROWS))

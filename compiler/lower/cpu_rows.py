@@ -17,7 +17,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .cpu_blocks import _extent, small_enough_to_inline, touches_bool, vector_lanes
+from .cpu_blocks import _extent, divisible, small_enough_to_inline, touches_bool, vector_lanes
 
 
 class RowWise(ScheduleRule):
@@ -142,7 +142,7 @@ def split_row_reduction(sch, block, lanes: int):
     Returns the partial block (None when rfactor does not take the reducer). At root: rfactor
     refuses a loop that other blocks share."""
     reduce = sch.get_loops(block)[-1]
-    if _extent(sch, reduce) % lanes:
+    if not divisible(sch, reduce, lanes):
         return None
     _, lane = sch.split(reduce, factors=[None, lanes])
     try:
@@ -170,8 +170,8 @@ def schedule_injective_tail(sch, block, lanes: int) -> None:
     vectors."""
     loops = sch.get_loops(block)
     inner = loops[-1]
-    if _extent(sch, inner) % lanes == 0 and _extent(sch, inner) > lanes:
+    if divisible(sch, inner, lanes) and _extent(sch, inner) != lanes:
         _, inner = sch.split(inner, factors=[None, lanes])
-    if _extent(sch, inner) % lanes == 0:
+    if divisible(sch, inner, lanes):
         sch.vectorize(inner)
 

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, te, tirx
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
+from tvm.sym import Analyzer
 
-from ...frontends.relax_shapes import static_shape
 from ...relax_walk import any_expr, single_use_values
 from ..pattern_rewrite import rewrite_module
 
 KEY_MULTIPLE = 16  # float32 lanes of one AVX-512 register; a multiple of AVX2's 8
 QUERY_MULTIPLE = 8  # query rows: whole row blocks of the kernel's parallel tasks
 PATTERN_NAME = "aotc.attention"
+_ANALYZER = Analyzer()
 
 
 def _attention_pattern():
@@ -57,30 +58,48 @@ def _float32(expr) -> bool:
     return str(getattr(expr.ty, "dtype", "")) == "float32"
 
 
-def _broadcasts_to(shape: list[int], target: list[int]) -> bool:
+def _shape(expr: relax.Expr) -> list | None:
+    """The tensor's dims (ints, or PrimExprs where symbolic), or None when not known."""
+    shape = getattr(expr.ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None:
+        return None
+    return [int(d) if isinstance(d, tirx.IntImm) else d for d in values]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return _ANALYZER.can_prove_equal(a, b)
+
+
+def _broadcasts_to(shape: list, target: list) -> bool:
     if len(shape) > len(target):
         return False
-    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+    return all(_same(s, 1) or _same(s, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
 def _fits(m: dict) -> bool:
     """The chain can become one attention kernel (see the module docstring)."""
     q, kt, v, out = m["q"], m["kt"], m["v"], m["out"]
-    shapes = [static_shape(e) for e in (q, kt, v, out)]
+    shapes = [_shape(e) for e in (q, kt, v, out)]
     if any(s is None for s in shapes) or not all(_float32(e) for e in (q, kt, v, out)):
         return False
     sq, skt, sv, _ = shapes
-    if not (len(sq) == len(skt) == len(sv) >= 2 and sq[:-2] == skt[:-2] == sv[:-2]):
+    if not (len(sq) == len(skt) == len(sv) >= 2 and
+            all(_same(a, b) and _same(b, c) for a, b, c in zip(sq[:-2], skt[:-2], sv[:-2]))):
         return False
-    if sq[-1] != skt[-2] or skt[-1] != sv[-2]:
+    if not (_same(sq[-1], skt[-2]) and _same(skt[-1], sv[-2])):
         return False
+    if not all(isinstance(d, int) for d in (sq[-1], sv[-1])):
+        return False  # the head dims: the kernel's register tiles are built for them
     axis = int(m["probs"].attrs.axis)
     if axis not in (-1, len(sq) - 1):
         return False
     if "scale" in m and int(np.prod(m["scale"].value.numpy().shape)) != 1:
         return False
     if "mask" in m:
-        mask_shape = static_shape(m["mask"])
+        mask_shape = _shape(m["mask"])
         scores = sq[:-1] + [skt[-1]]
         if mask_shape is None or not _float32(m["mask"]) or not _broadcasts_to(mask_shape,
                                                                                scores):
@@ -96,50 +115,125 @@ def _matched(pattern_parts: dict, matchings, out) -> dict:
 
 # --- step 1: pad the key length ------------------------------------------------------------
 
-def _pad_last(x: relax.Expr, axis_from_end: int, amount: int, rank: int | None = None
-              ) -> relax.Expr:
-    """Zeros after the end of axis ``-axis_from_end`` (``rank`` for not yet typed ``x``)."""
-    rank = rank if rank is not None else len(static_shape(x))
-    widths = [0] * (2 * rank)
-    widths[2 * (rank - axis_from_end) + 1] = amount
-    return relax.op.nn.pad(x, widths)
+def _multiple_of(extent, multiple: int) -> bool:
+    if isinstance(extent, int):
+        return extent % multiple == 0
+    return _ANALYZER.can_prove_equal(tirx.floormod(extent, multiple), 0)
 
 
-def _padded_chain(m: dict) -> relax.Expr | None:
-    queries, keys = static_shape(m["q"])[-2], static_shape(m["kt"])[-1]
-    pad_keys, pad_rows = -keys % KEY_MULTIPLE, -queries % QUERY_MULTIPLE
-    if pad_keys == 0 and pad_rows == 0:
+def _round_up(extent, multiple: int):
+    if isinstance(extent, int):
+        return -(-extent // multiple) * multiple
+    return tirx.floordiv(extent + (multiple - 1), multiple) * multiple
+
+
+class _PadKernels:
+    """TIR kernels that pad one axis of a tensor with symbolic dims up to a multiple, made on
+    demand and added to the module by rewrite_module.
+
+    Why not Relax ops: nn.pad and slice_scatter take constant widths, and a concat's shape
+    simplifies to ``n + 15 - (n + 15) % 16``, whose divisibility neither the analyzer nor
+    TVM's reshape rewriting can prove (the kernel's splits would get bounds checks). The
+    kernel's result has the type ``(n + 15) // 16 * 16``."""
+
+    def __init__(self):
+        self.functions: dict = {}
+        self._by_key: dict = {}
+
+    def pad(self, x: relax.Expr, shape: list, axis: int, multiple: int, value: float,
+            padded) -> relax.Expr:
+        static = tuple(d if isinstance(d, int) else None for d in shape)
+        key = (static, axis, multiple, value)
+        if key not in self._by_key:
+            func = _pad_kernel(static, axis, multiple, value)
+            fill = "_lowest" if value else ""
+            gv = relax.GlobalVar(f"aotc_pad{len(self._by_key)}_axis{axis}_to{multiple}{fill}")
+            relax.expr._update_type(gv, func.ty)  # call_tir checks its callee's type
+            self._by_key[key] = gv
+            self.functions[gv] = func
+        out_shape = list(shape)
+        out_shape[axis] = padded
+        return relax.call_tir(self._by_key[key], [x],
+                              relax.TensorType(relax.ShapeExpr(out_shape), "float32"))
+
+
+def _pad_kernel(static: tuple, axis: int, multiple: int, value: float) -> tirx.PrimFunc:
+    """Static dims stay static (the copy vectorizes over a static head dim)."""
+    dims = [tirx.Var(f"n{k}", "int64") if d is None else tirx.IntImm("int64", d)
+            for k, d in enumerate(static)]
+    x = te.placeholder(dims, "float32", name="x")
+    out_dims = list(dims)
+    out_dims[axis] = tirx.floordiv(dims[axis] + (multiple - 1), multiple) * multiple
+    out = te.compute(out_dims, lambda *i: tirx.if_then_else(
+        i[axis] < dims[axis], x[i], tirx.const(value, "float32")), name="padded")
+    return te.create_prim_func([x, out]).without_attr("global_symbol")  # private
+
+
+def _pad_last(x: relax.Expr, shape: list, axis_from_end: int, padded, kernels: _PadKernels,
+              multiple: int, value: float = 0.0) -> relax.Expr:
+    """``x`` (of ``shape``) with ``value`` after the end of axis ``-axis_from_end`` up to
+    ``padded`` entries (the extent rounded up to ``multiple``)."""
+    rank, axis = len(shape), len(shape) - axis_from_end
+    if isinstance(padded, int) and value == 0.0:
+        widths = [0] * (2 * rank)
+        widths[2 * axis + 1] = padded - shape[axis]
+        return relax.op.nn.pad(x, widths)
+    return kernels.pad(x, shape, axis, multiple, value, padded)
+
+
+def _key_mask(keys, padded_keys, kernels: _PadKernels) -> relax.Expr:
+    """0 for the real keys, the lowest float32 for the padded ones (softmax gives them 0)."""
+    lowest = float(np.finfo(np.float32).min)
+    if isinstance(keys, int):
+        values = np.zeros(padded_keys, dtype="float32")
+        values[keys:] = lowest
+        return relax.const(values)
+    zeros = relax.op.zeros(relax.ShapeExpr([keys]), "float32")
+    return _pad_last(zeros, [keys], 1, padded_keys, kernels, KEY_MULTIPLE, lowest)
+
+
+def _padded_chain(m: dict, kernels: _PadKernels) -> relax.Expr | None:
+    sq, skt, sv = _shape(m["q"]), _shape(m["kt"]), _shape(m["v"])
+    queries, keys = sq[-2], skt[-1]
+    padded_keys, padded_rows = _round_up(keys, KEY_MULTIPLE), _round_up(queries, QUERY_MULTIPLE)
+    pad_keys = not _same(padded_keys, keys)
+    pad_rows = not _same(padded_rows, queries)
+    if not pad_keys and not pad_rows:
         return None
-    q = _pad_last(m["q"], 2, pad_rows) if pad_rows else m["q"]
-    kt = _pad_last(m["kt"], 1, pad_keys) if pad_keys else m["kt"]
-    v = _pad_last(m["v"], 2, pad_keys) if pad_keys else m["v"]
+
+    q = _pad_last(m["q"], sq, 2, padded_rows, kernels, QUERY_MULTIPLE) if pad_rows else m["q"]
+    kt = _pad_last(m["kt"], skt, 1, padded_keys, kernels, KEY_MULTIPLE) if pad_keys else m["kt"]
+    v = _pad_last(m["v"], sv, 2, padded_keys, kernels, KEY_MULTIPLE) if pad_keys else m["v"]
     scores = relax.op.matmul(q, kt)
     if "scale" in m:
         op = m["scaled"].op.name
         scores = (relax.op.divide(scores, m["scale"]) if op == "relax.divide"
                   else relax.op.multiply(scores, m["scale"]))
-    # One mask (the model's, if any, plus the padded keys' lowest float): the fused chain has
-    # one add, and a constant mask folds at compile time.
-    mask = None
-    if pad_keys:
-        lowest = np.zeros(keys + pad_keys, dtype="float32")
-        lowest[keys:] = np.finfo(np.float32).min
-        mask = relax.const(lowest)
+    # One mask (the model's, if any, with the padded keys' lowest float): the fused chain has
+    # one add. With static shapes the model's mask is padded with zeros and the constant key
+    # mask added (the sum folds at compile time); with a symbolic length the model's mask is
+    # padded with the lowest float itself (one kernel less).
+    mask, keys_masked = None, not pad_keys
     if "mask" in m:
-        user = m["mask"]
-        shape = static_shape(user)
-        if shape[-1] == keys and pad_keys:
-            user = _pad_last(user, 1, pad_keys, len(shape))
-        if len(shape) >= 2 and shape[-2] == queries and pad_rows:
-            user = _pad_last(user, 2, pad_rows, len(shape))
-        mask = user if mask is None else relax.op.add(user, mask)
+        user, shape = m["mask"], _shape(m["mask"])
+        if pad_keys and _same(shape[-1], keys):
+            lowest = 0.0 if isinstance(keys, int) else float(np.finfo(np.float32).min)
+            user = _pad_last(user, shape, 1, padded_keys, kernels, KEY_MULTIPLE, lowest)
+            shape = shape[:-1] + [padded_keys]
+            keys_masked = lowest != 0.0
+        if len(shape) >= 2 and pad_rows and _same(shape[-2], queries):
+            user = _pad_last(user, shape, 2, padded_rows, kernels, QUERY_MULTIPLE)
+        mask = user
+    if not keys_masked:
+        key_mask = _key_mask(keys, padded_keys, kernels)
+        mask = key_mask if mask is None else relax.op.add(mask, key_mask)
     if mask is not None:
         scores = relax.op.add(scores, mask)
     probs = relax.op.nn.softmax(scores, axis=-1)
     out = relax.op.matmul(probs, v)
     if pad_rows:
-        rank = len(static_shape(m["q"]))
-        out = relax.op.strided_slice(out, axes=[rank - 2], begin=[0], end=[queries])
+        out = relax.op.strided_slice(out, axes=[len(sq) - 2], begin=[0], end=[queries],
+                                     assume_inbound=True)
     return out
 
 
@@ -149,12 +243,12 @@ def _intermediates_single_use(m: dict, single_use: set) -> bool:
     return all(m[n] in single_use for n in ("scores", "scaled", "masked", "probs") if n in m)
 
 
-def _padding_rewriter(parts: dict, single_use: set):
+def _padding_rewriter(parts: dict, single_use: set, kernels: _PadKernels):
     def rewrite(expr, matchings):
         m = _matched(parts, matchings, expr)
         if not _fits(m) or not _intermediates_single_use(m, single_use):
             return expr
-        padded = _padded_chain(m)
+        padded = _padded_chain(m, kernels)
         return expr if padded is None else padded
     return rewrite
 
@@ -165,7 +259,7 @@ def _group_check(context) -> bool:
     m = {name: context.annotated_expr[name] for name in _PART_NAMES
          if name in context.annotated_expr}
     m["out"] = context.matched_expr
-    if not _fits(m) or static_shape(m["kt"])[-1] % KEY_MULTIPLE:
+    if not _fits(m) or not _multiple_of(_shape(m["kt"])[-1], KEY_MULTIPLE):
         return False
     inside = set(context.matched_bindings.keys())
     for var in inside:
@@ -193,7 +287,10 @@ class FuseAttention:
         if not any_expr(mod, _is_softmax):
             return mod  # DenseNet-121 spent 0.6 s here matching nothing
         pattern, parts = _attention_pattern()
-        mod = rewrite_module(mod, pattern, _padding_rewriter(parts, single_use_values(mod)))
+        kernels = _PadKernels()
+        mod = rewrite_module(mod, pattern,
+                             _padding_rewriter(parts, single_use_values(mod), kernels),
+                             kernels.functions)
         mod = relax.transform.FoldConstant()(mod)  # padded constant masks
         return relax.transform.FuseOpsByPattern([attention_fusion_pattern()],
                                                 bind_constants=False)(mod)
