@@ -27,8 +27,12 @@ from aotc.errors import CompileError, UnsupportedModelError
 from .relax_walk import visit_functions
 
 _PACKED_CALLS = ("tirx.tvm_call_packed", "tirx.tvm_call_cpacked")
+# what a process has that loaded a model: TVM's runtime and the functions aotc's runtime
+# registers (aotc.run_loop)
 _LIST_RUNTIME_NAMES = (
     "from aotc.runtime._tvm_runtime import tvm_ffi\n"
+    "from aotc.runtime import loops\n"
+    "loops.register(tvm_ffi())\n"
     "print('\\n'.join(tvm_ffi().registry.list_global_func_names()))\n")
 
 

@@ -163,3 +163,13 @@ def test_a_scripted_torch_decoder_exported_by_torch_matches(tmp_path):
     results = _match(path, so, feeds)
     lengths = [r[0].shape[1] for r in results]
     assert lengths[0] <= 5 and max(lengths) > 5
+
+
+def test_a_loop_compiles_in_a_process_that_has_loaded_a_model(decoder, tmp_path):
+    """Loading a model registers aotc.run_loop here; the compile-time check that refuses
+    functions only the compiler has must still know it as the runtime's (it refused every
+    Loop model compiled after a model was loaded in the same process)."""
+    from aotc.runtime import loops
+    from aotc.runtime._tvm_runtime import tvm_ffi
+    loops.register(tvm_ffi())
+    _compiled(tmp_path, running_sum_loop(), "after_a_load")

@@ -87,6 +87,50 @@ def test_attention_becomes_one_function_with_the_same_numbers(queries, keys, mas
                                rtol=1e-5, atol=1e-6)
 
 
+def _symbolic_attention_module():
+    """Attention over a symbolic batch and sequence (a model exported with dynamic axes),
+    with an additive mask per key."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((batch, 3, seq, 16), "float32"))
+    kt = relax.Var("kt", relax.TensorType((batch, 3, 16, seq), "float32"))
+    v = relax.Var("v", relax.TensorType((batch, 3, seq, 8), "float32"))
+    mask = relax.Var("mask", relax.TensorType((batch, 1, 1, seq), "float32"))
+    with bb.function("main", [q, kt, v, mask]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.multiply(bb.emit(relax.op.matmul(q, kt)),
+                                          relax.const(0.25, "float32")))
+            p = bb.emit(relax.op.nn.softmax(bb.emit(relax.op.add(s, mask)), axis=-1))
+            out = bb.emit_output(relax.op.matmul(p, v))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_symbolic_length_is_padded_by_kernels_and_fused():
+    """The padded extents are (seq + 15) // 16 * 16 keys and (seq + 7) // 8 * 8 rows, which
+    the Attention rule can split into whole vectors and row blocks; before, a symbolic
+    length left attention as three kernels (8x the time of a fixed-length build)."""
+    before = _symbolic_attention_module()
+    after = FuseAttention()(before)
+    assert len(_attention_functions(after)) == 1
+    ops = main_ops(after)
+    assert "relax.nn.softmax" not in ops and "relax.matmul" not in ops
+    pads = sorted(gv.name_hint for gv, f in after.functions_items()
+                  if gv.name_hint.startswith("aotc_pad"))
+    # rows of Q (zeros), keys of Kt and V (zeros), the mask's keys (the lowest float)
+    assert len(pads) == 4 and sum(name.endswith("_lowest") for name in pads) == 1
+    fused = after[_attention_functions(after)[0]]
+    keys = str(fused.params[1].ty.shape.values[-1])
+    assert keys == "(seq + T.int64(15)) // T.int64(16) * T.int64(16)", keys
+    for batch, seq in [(1, 1), (2, 13), (1, 16), (3, 37)]:
+        arrays = [RNG.standard_normal(shape).astype(np.float32) for shape in
+                  [(batch, 3, seq, 16), (batch, 3, 16, seq), (batch, 3, seq, 8)]]
+        mask = np.where(RNG.random((batch, 1, 1, seq)) < 0.3, -1e9, 0).astype(np.float32)
+        mask[..., 0] = 0
+        np.testing.assert_allclose(_run(after, arrays + [mask]), _run(before, arrays + [mask]),
+                                   rtol=1e-5, atol=1e-6, err_msg=f"{batch}x{seq}")
+
+
 def test_probabilities_read_elsewhere_are_not_fused():
     before = _attention_module(197, 197, scale="divide", probs_out=True)
     after = FuseAttention()(before)

@@ -13,11 +13,12 @@ so that softmax gives them weight 0 (exp underflows to exactly 0) and the result
 Then every vector loop of the kernel runs on whole registers (197 keys left the score loop
 scalar). Query rows are padded to a multiple of 8 (zero rows, sliced off the result): with 197
 rows the bounds check of the last row block sat in every inner loop and the kernel took 2.2x
-as long as with 200.
+as long as with 200. A symbolic length (a model exported with dynamic axes) is always padded,
+by the kernels of compiler/symbolic_padding.py, and the rows sliced back.
 
-Matched only when it is safe to change: float32, static shapes, the same batch dims on Q, Kt and
-V (no broadcasting), softmax over the last axis, a scalar scale, a mask that broadcasts to the
-scores, and no intermediate (scores, probabilities) read anywhere else.
+Matched only when it is safe to change: float32, a static head dim, the same batch dims on Q,
+Kt and V (no broadcasting), softmax over the last axis, a scalar scale, a mask that broadcasts
+to the scores, and no intermediate (scores, probabilities) read anywhere else.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 from tvm.sym import Analyzer
 
+from ... import symbolic_padding
 from ...relax_walk import any_expr, single_use_values
 from ..pattern_rewrite import rewrite_module
 
@@ -115,26 +117,9 @@ def _matched(pattern_parts: dict, matchings, out) -> dict:
 
 # --- step 1: pad the key length ------------------------------------------------------------
 
-def _multiple_of(extent, multiple: int) -> bool:
-    if isinstance(extent, int):
-        return extent % multiple == 0
-    return _ANALYZER.can_prove_equal(tirx.floormod(extent, multiple), 0)
-
-
-def _round_up(extent, multiple: int):
-    if isinstance(extent, int):
-        return -(-extent // multiple) * multiple
-    return tirx.floordiv(extent + (multiple - 1), multiple) * multiple
-
-
 class _PadKernels:
-    """TIR kernels that pad one axis of a tensor with symbolic dims up to a multiple, made on
-    demand and added to the module by rewrite_module.
-
-    Why not Relax ops: nn.pad and slice_scatter take constant widths, and a concat's shape
-    simplifies to ``n + 15 - (n + 15) % 16``, whose divisibility neither the analyzer nor
-    TVM's reshape rewriting can prove (the kernel's splits would get bounds checks). The
-    kernel's result has the type ``(n + 15) // 16 * 16``."""
+    """The padding kernels of symbolic lengths (compiler/symbolic_padding.py), made on demand
+    and added to the module by rewrite_module."""
 
     def __init__(self):
         self.functions: dict = {}
@@ -162,10 +147,7 @@ def _pad_kernel(static: tuple, axis: int, multiple: int, value: float) -> tirx.P
     dims = [tirx.Var(f"n{k}", "int64") if d is None else tirx.IntImm("int64", d)
             for k, d in enumerate(static)]
     x = te.placeholder(dims, "float32", name="x")
-    out_dims = list(dims)
-    out_dims[axis] = tirx.floordiv(dims[axis] + (multiple - 1), multiple) * multiple
-    out = te.compute(out_dims, lambda *i: tirx.if_then_else(
-        i[axis] < dims[axis], x[i], tirx.const(value, "float32")), name="padded")
+    out = symbolic_padding.pad_axis(x, axis, multiple, value)
     return te.create_prim_func([x, out]).without_attr("global_symbol")  # private
 
 
@@ -195,7 +177,8 @@ def _key_mask(keys, padded_keys, kernels: _PadKernels) -> relax.Expr:
 def _padded_chain(m: dict, kernels: _PadKernels) -> relax.Expr | None:
     sq, skt, sv = _shape(m["q"]), _shape(m["kt"]), _shape(m["v"])
     queries, keys = sq[-2], skt[-1]
-    padded_keys, padded_rows = _round_up(keys, KEY_MULTIPLE), _round_up(queries, QUERY_MULTIPLE)
+    padded_keys = symbolic_padding.round_up(keys, KEY_MULTIPLE)
+    padded_rows = symbolic_padding.round_up(queries, QUERY_MULTIPLE)
     pad_keys = not _same(padded_keys, keys)
     pad_rows = not _same(padded_rows, queries)
     if not pad_keys and not pad_rows:
@@ -259,7 +242,7 @@ def _group_check(context) -> bool:
     m = {name: context.annotated_expr[name] for name in _PART_NAMES
          if name in context.annotated_expr}
     m["out"] = context.matched_expr
-    if not _fits(m) or not _multiple_of(_shape(m["kt"])[-1], KEY_MULTIPLE):
+    if not _fits(m) or not symbolic_padding.multiple_of(_shape(m["kt"])[-1], KEY_MULTIPLE):
         return False
     inside = set(context.matched_bindings.keys())
     for var in inside:

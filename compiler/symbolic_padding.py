@@ -1,0 +1,39 @@
+"""Padding an axis of symbolic length (a sequence) up to a multiple, for kernels that want
+whole register tiles: attention's keys and query rows (FuseAttention).
+
+The padded extent is written ``(n + 7) // 8 * 8``. Relax's own ops cannot give that type:
+nn.pad and slice_scatter take constant widths, and a concat's shape simplifies to
+``n + 7 - (n + 7) % 8``, whose divisibility neither the analyzer nor TVM's reshape rewriting
+can prove (the kernels' splits would get bounds checks). So the padding is a TE compute (a
+copy with ``value`` past the end) whose output has that shape."""
+
+from __future__ import annotations
+
+from tvm import te, tirx
+from tvm.sym import Analyzer
+
+_ANALYZER = Analyzer()
+
+
+def round_up(extent, multiple: int):
+    """``extent`` rounded up to a multiple (an int, or the form above for a PrimExpr)."""
+    if isinstance(extent, int):
+        return -(-extent // multiple) * multiple
+    return tirx.floordiv(extent + (multiple - 1), multiple) * multiple
+
+
+def multiple_of(extent, multiple: int) -> bool:
+    """Whether ``extent`` (an int or a PrimExpr) is provably a multiple."""
+    if isinstance(extent, (int, tirx.IntImm)):
+        return int(extent) % multiple == 0
+    return _ANALYZER.can_prove_equal(tirx.floormod(extent, multiple), 0)
+
+
+def pad_axis(x: te.Tensor, axis: int, multiple: int, value: float = 0.0) -> te.Tensor:
+    """``x`` with ``value`` after the end of ``axis`` up to round_up(extent, multiple)."""
+    extent = x.shape[axis]
+    shape = list(x.shape)
+    shape[axis] = round_up(extent, multiple)
+    return te.compute(shape, lambda *i: tirx.if_then_else(
+        i[axis] < extent, x(*i), tirx.const(value, x.dtype)), name="padded")
+
