@@ -50,11 +50,28 @@ def _matmul_site(call: relax.Call) -> bool:
             and len(static_shape(call.args[0])) >= 2)
 
 
+def symbolic_rows_matmul(call: relax.Call) -> bool:
+    """A matmul site but for its activation's leading dims (batch, sequence), which are
+    symbolic: only PrepackWeights takes these (it pads the rows); calibration, int8 and the
+    other packings see static sites only."""
+    if call.op.name != "relax.matmul" or not isinstance(call.args[1], tvm.ir.GenericConst):
+        return False
+    weight, info = call.args[1], call.args[0].ty
+    if weight.value.dtype != "float32" or len(weight.value.shape) != 2:
+        return False
+    if not isinstance(info, relax.TensorType) or info.dtype != "float32" or info.shape is None:
+        return False
+    dims = list(info.shape.values)
+    return (len(dims) >= 2 and isinstance(dims[-1], tvm.tirx.IntImm)
+            and not isinstance(dims[-2], tvm.tirx.IntImm))
+
+
 KINDS = {"relax.nn.conv2d": ("conv2d", _conv_site, 3), "relax.matmul": ("matmul", _matmul_site, 1)}
 
 
-def find_sites(func: relax.Function) -> list[Site]:
-    """The sites of ``func`` in binding order."""
+def find_sites(func: relax.Function, symbolic_rows: bool = False) -> list[Site]:
+    """The sites of ``func`` in binding order; with ``symbolic_rows``, also the matmuls of
+    symbolic_rows_matmul."""
     sites, counts = [], {}
     for block in getattr(func.body, "blocks", []):
         for binding in block.bindings:
@@ -64,7 +81,8 @@ def find_sites(func: relax.Function) -> list[Site]:
             kind = KINDS.get(call.op.name)
             if kind is None or not isinstance(call.args[1], tvm.ir.GenericConst):
                 continue
-            if call.args[1].value.dtype != "float32" or not kind[1](call):
+            if call.args[1].value.dtype != "float32" or not (
+                    kind[1](call) or (symbolic_rows and symbolic_rows_matmul(call))):
                 continue
             index = counts.get(kind[0], 0)
             counts[kind[0]] = index + 1

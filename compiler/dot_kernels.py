@@ -63,6 +63,10 @@ FP16 = DotFormat("fp16", "aotc_fp16x32_contract", "float16", "float16", "float16
 FORMATS = (INT8, BF16, FP16, *FP32_FORMATS.values())
 
 
+# A symbolic row count (a sequence) is padded to whole blocks of this many rows for the packed
+# kernel (PrepackWeights, compiler/symbolic_padding.py), and the result's rows sliced back.
+SYMBOLIC_ROWS = 8
+
 def fp32_format(lanes: int) -> DotFormat:
     return FP32_FORMATS[lanes]
 

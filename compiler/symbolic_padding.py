@@ -1,5 +1,6 @@
 """Padding an axis of symbolic length (a sequence) up to a multiple, for kernels that want
-whole register tiles: attention's keys and query rows (FuseAttention).
+whole register tiles: attention's keys and query rows (FuseAttention), the rows of a packed
+matmul (PrepackWeights, as blocks of rows).
 
 The padded extent is written ``(n + 7) // 8 * 8``. Relax's own ops cannot give that type:
 nn.pad and slice_scatter take constant widths, and a concat's shape simplifies to
@@ -37,3 +38,20 @@ def pad_axis(x: te.Tensor, axis: int, multiple: int, value: float = 0.0) -> te.T
     return te.compute(shape, lambda *i: tirx.if_then_else(
         i[axis] < extent, x(*i), tirx.const(value, x.dtype)), name="padded")
 
+
+
+def pad_axis_to_blocks(x: te.Tensor, axis: int, multiple: int,
+                       value: float = 0.0) -> te.Tensor:
+    """``x`` padded as pad_axis does, with the padded axis split into (blocks, ``multiple``):
+    a kernel tiled along it then has a static row axis and a symbolic one of blocks. (Tiled
+    along one padded axis, the tile's position came out of divisions by symbolic extents and
+    its accumulator buffer kept offsets the compaction did not cancel.)"""
+    extent = x.shape[axis]
+    blocks = tirx.floordiv(extent + (multiple - 1), multiple)
+    shape = list(x.shape[:axis]) + [blocks, multiple] + list(x.shape[axis + 1:])
+
+    def value_at(*i):
+        row = i[axis] * multiple + i[axis + 1]
+        source = list(i[:axis]) + [row] + list(i[axis + 2:])
+        return tirx.if_then_else(row < extent, x(*source), tirx.const(value, x.dtype))
+    return te.compute(shape, value_at, name="padded_blocks")

@@ -97,6 +97,8 @@ def pixels_first(sch, block, fmt: DotFormat) -> bool:
 def _weight_bytes(sch, block, fmt: DotFormat) -> int:
     """Bytes of the packed weight the reduction block reads (shape [..., lanes, group])."""
     for region in sch.get(block).reads:
+        if not all(isinstance(d, tirx.IntImm) for d in region.source.shape):
+            continue  # the activation, of a symbolic row count
         shape = [int(d) for d in region.source.shape]
         if len(shape) >= 3 and shape[-2:] == [fmt.lanes, fmt.group]:
             return math.prod(shape) * region.source.dtype.bits // 8
@@ -117,6 +119,13 @@ def _inline_side_input(sch, producer, main) -> bool:
     except ScheduleError:
         return False
     return True
+
+
+def _rows_static(sch, main) -> bool:
+    """Whether the tile's row axis is static (a symbolic row count arrives as symbolic blocks
+    of SYMBOLIC_ROWS static rows: PrepackWeights)."""
+    spatial = [l for l, k in zip(sch.get_loops(main.block_rv), main.dom_kind()) if k == "S"]
+    return len(spatial) < 2 or _extent(sch, spatial[-2]) is not None
 
 
 def _name(info) -> str:
@@ -174,7 +183,7 @@ class PackedDot(ScheduleRule):
             return None
         main, fmt = found
         intrinsic = INTRINSICS.get((fmt.name, _INSTRUCTIONS[fmt.name](target) or ""))
-        if intrinsic is None:
+        if intrinsic is None or not _rows_static(sch, main):
             return None
         # Float32 kernels of a short reduction (the 3-channel stem) read their zero padding
         # through guards, as depthwise ones do: the padded copy of a 3-channel image is a
@@ -230,6 +239,11 @@ class PackedDot(ScheduleRule):
         # one product per lane (float32): no group loop, the lane loop is vectorized instead
         reduce_outer, reduce_group = sch.split(reduce[-1], factors=[None, fmt.group]) \
             if fmt.group > 1 else (reduce[-1], None)
+        if any(_extent(sch, loop) is None for loop in spatial[:-2]):
+            # Symbolic outer axes (blocks of a sequence's rows): a tile buffer small enough
+            # for the stack. In a workspace buffer LLVM kept these tiles' accumulators in
+            # memory, a store per multiply-add (it does not where the shapes are static).
+            accumulators = min(accumulators or STACK_TILE_ACCUMULATORS, STACK_TILE_ACCUMULATORS)
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
                                   tunable, registers, accumulators)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])

@@ -146,3 +146,41 @@ def test_a_compiled_nchw_stem_matches_torch_without_a_transpose_kernel(channels,
     image = {"dtype": "float32", "shape": [1, channels, 37, 29]}
     readers = [k["name"] for k in model.metadata["kernels"] if image in k["args"]]
     assert len(readers) == 1 and "conv2d_packed" in readers[0], readers
+
+
+def _symbolic_rows_module():
+    """[batch, seq, 64] @ [64, 48] + bias, batch and seq symbolic (a dynamic-axes export)."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((batch, seq, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(relax.op.matmul(x, _const(64, 48)), _const(48)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_symbolic_rows_are_padded_to_blocks_and_packed():
+    """Before: the matmul stayed a Relax op (Contraction scheduled it unpacked, about half the
+    speed of a fixed-length build). After: rows padded to blocks of 8 ([batch, (seq + 7) // 8,
+    8, 64]), the packed kernel, the blocks joined and the padded rows sliced off; the same
+    numbers at lengths that are and are not multiples of 8."""
+    before = _symbolic_rows_module()
+    after = PrepackWeights(16)(before)
+    assert "relax.matmul" in main_ops(before) and "relax.matmul" not in main_ops(after)
+    names = [call.args[0].name_hint for call in _call_tirs(after)]
+    assert names == ["pad_rows", "matmul_packed"], names
+    blocks = after["main"].body.blocks[0].bindings[0].var.ty.shape.values
+    assert [str(d) for d in blocks[1:]] == ["(seq + T.int64(7)) // T.int64(8)", "T.int64(8)",
+                                           "T.int64(64)"]
+    assert "relax.strided_slice" in main_ops(after)
+    for batch, seq in [(1, 1), (2, 13), (1, 16), (3, 37)]:
+        x = RNG.standard_normal((batch, seq, 64)).astype(np.float32)
+        got = _run_vm(after, x)
+        assert got.shape == (batch, seq, 48)
+        np.testing.assert_allclose(got, _run_vm(before, x), rtol=1e-5, atol=1e-5)
+
+
+def _run_vm(mod, x):
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()

@@ -18,7 +18,12 @@ do not fill whole blocks (padding them costs compute and a crop pass; MobileNetV
 40-channel convs), rows without a divisor between 4 and 8 (ViT's 197 tokens: the packed tile
 would be one row deep, 219 vs 271 GFLOP/s; Contraction pads them), depthwise/grouped
 convolutions and matmuls of two activations. CPU targets only (GPU rules do not read the
-packed layout)."""
+packed layout).
+
+A matmul whose rows are symbolic (a model exported with dynamic axes: [batch, seq, K]) is
+packed too: its rows are padded to blocks of dot_kernels.SYMBOLIC_ROWS (an axis of blocks, a
+static one of rows), the packed kernel runs on them, and the padded rows are sliced off. Left
+to Contraction, such matmuls ran unpacked at about half the speed of a fixed-length build."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ... import dot_kernels
+from ... import dot_kernels, symbolic_padding
 from ...contraction_sites import Site, find_sites
 from ...lower.cpu_contraction import INLINE_PRODUCERS_MAX_REDUCTION
 from ...relax_walk import has_main, mutate_functions
@@ -98,17 +103,20 @@ def site_kind(site: Site) -> str:
     return "matmul" if site.call.op.name == "relax.matmul" else "conv2d"
 
 
-def tile_rows(site: Site) -> int:
+def tile_rows(site: Site) -> int | None:
     """The output axis the packed tile's rows run along: the output width of a conv2d (NHWC),
-    the rows M of a matmul."""
-    return int(site.var.ty.shape[-2])
+    the rows M of a matmul; None when symbolic (a sequence length)."""
+    rows = site.var.ty.shape[-2]
+    return int(rows) if isinstance(rows, tvm.tirx.IntImm) else None
 
 
 def packs_well(site: Site, lanes: int) -> bool:
     """Whether ``site`` fills whole blocks of ``lanes`` output channels and has rows a register
-    tile divides (the rules in the module docstring); ConvertFP16 asks too."""
+    tile divides (the rules in the module docstring; symbolic rows are padded to
+    dot_kernels.SYMBOLIC_ROWS); ConvertFP16 asks too."""
     rows = tile_rows(site)
-    whole_rows = rows <= _MAX_ROWS or any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
+    whole_rows = rows is None or rows <= _MAX_ROWS or \
+        any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
     return int(site.var.ty.shape[-1]) % lanes == 0 and whole_rows
 
 
@@ -138,12 +146,12 @@ def rewrite_sites(mod: tvm.IRModule, sites: dict, emit: Callable) -> tvm.IRModul
 
 
 def convert_sites(mod: tvm.IRModule, keep: Callable[[Site], bool],
-                  emit: Callable) -> tvm.IRModule:
+                  emit: Callable, symbolic_rows: bool = False) -> tvm.IRModule:
     """``mod`` with main's sites that ``keep`` accepts replaced by ``emit``'s kernels (the
     packing passes: PrepackWeights, ConvertBF16, ConvertFP16)."""
     if not has_main(mod):
         return mod
-    sites = {s.var: s for s in find_sites(mod["main"]) if keep(s)}
+    sites = {s.var: s for s in find_sites(mod["main"], symbolic_rows) if keep(s)}
     return rewrite_sites(mod, sites, emit) if sites else mod
 
 
@@ -167,8 +175,28 @@ class PrepackWeights:
         fmt = dot_kernels.fp32_format(self.lanes)
 
         def emit(bb, site, x):
+            if tile_rows(site) is None:
+                return _symbolic_rows_packed(bb, site, x, fmt)
             source = nchw_source(bb, site, x)
             call = site_packed_call(site, x, fmt) if source is None else \
                 site_packed_call(site, source, fmt, input_layout="NCHW")
             return bb.emit_te(*call, primfunc_name_hint=f"{site_kind(site)}_packed")
-        return convert_sites(mod, lambda s: packs_well(s, self.lanes), emit)
+        return convert_sites(mod, lambda s: packs_well(s, self.lanes), emit,
+                             symbolic_rows=True)
+
+
+def _symbolic_rows_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
+    """The packed matmul of a site whose rows are symbolic: rows padded to whole blocks of
+    dot_kernels.SYMBOLIC_ROWS (an axis of blocks and a static one of rows: the tile's rows),
+    the packed kernel, the blocks joined back and the padded rows sliced off."""
+    shape = list(site.call.args[0].ty.shape.values)
+    axis = len(shape) - 2
+    blocks = bb.emit_te(symbolic_padding.pad_axis_to_blocks, x, axis, dot_kernels.SYMBOLIC_ROWS,
+                        primfunc_name_hint="pad_rows")
+    y = bb.emit_te(*site_packed_call(site, blocks, fmt), primfunc_name_hint="matmul_packed")
+    out_shape = list(site.var.ty.shape.values)
+    padded = symbolic_padding.round_up(shape[axis], dot_kernels.SYMBOLIC_ROWS)
+    joined = bb.emit(relax.op.reshape(y, relax.ShapeExpr(
+        out_shape[:axis] + [padded] + out_shape[axis + 1:])))
+    return bb.emit(relax.op.strided_slice(joined, axes=[axis], begin=[0], end=[shape[axis]],
+                                          assume_inbound=True))
