@@ -350,12 +350,24 @@ def bench_cmd(artifact, compare_onnx, number, repeat, min_repeat_ms, cache_flush
 @click.option("--top", default=25, show_default=True, type=click.IntRange(0),
               help="Rows to print, slowest first (0: all).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write results as JSON.")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE",
+              help="Size of a symbolic dim (repeatable; 1 where not given), e.g. seq=128.")
 @_guard
-def profile_cmd(artifact, runs, top, json_out):
+def profile_cmd(artifact, runs, top, json_out, dims):
     """Time every kernel of a compiled model: calls, ms, share, GFLOP/s."""
     from aotc.runtime import load
     from aotc.runtime.profile import profile
-    report = profile(load(artifact), repeats=runs)
+    sizes = {}
+    for item in dims:
+        name, _, size = item.partition("=")
+        if not name or not size.isdigit() or int(size) < 1:
+            raise click.BadParameter(f"{item!r}: expected NAME=SIZE with SIZE >= 1",
+                                     param_hint="--dim")
+        sizes[name] = int(size)
+    try:
+        report = profile(load(artifact), repeats=runs, dims=sizes)
+    except ValueError as err:  # no kernel table, or a --dim the model does not have
+        raise click.ClickException(str(err)) from None
     click.echo(report.table(top or None))
     if json_out:
         Path(json_out).write_text(report.to_json())

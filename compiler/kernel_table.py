@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 import tvm
+from tvm import relax
 
 from .relax_walk import op_calls
 
@@ -18,19 +19,57 @@ _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 def kernel_table(mod: tvm.IRModule) -> list[dict]:
     """One entry per PrimFunc the Relax functions call: name, calls, args, flops (None when
-    TVM cannot count them). Args with a symbolic dim have ``shape: None``: the profiler skips
-    those kernels."""
+    TVM cannot count them). An arg with a symbolic dim has ``shape: None`` and, from the first
+    call of the kernel, ``dims``: each dim an int or an expression over the model's dim names
+    (``"(seq + T.int64(7)) // T.int64(8)"``); a scalar arg (a dim the kernel takes as a
+    number) has ``value``, such an expression. The profiler evaluates them for sizes the user
+    gives (``aotc profile --dim seq=128``)."""
     calls = _call_counts(mod)
+    first = _first_calls(mod)
     table = []
     for gv, func in mod.functions_items():
         if isinstance(func, tvm.tirx.PrimFunc) and gv.name_hint in calls:
+            args = [_arg(p) for p in func.params]
+            symbolic = any(a["shape"] is None for a in args)
+            if symbolic:
+                _add_call_dims(args, first[gv.name_hint])
+            # TVM counts a symbolic loop nest as if each symbolic extent were 1
             table.append({"name": _symbol(gv, func), "calls": calls[gv.name_hint],
-                          "args": [_arg(p) for p in func.params], "flops": _flops(func)})
+                          "args": args, "flops": None if symbolic else _flops(func)})
     return sorted(table, key=lambda k: k["name"])
 
 
 def _call_counts(mod: tvm.IRModule) -> Counter:
     return Counter(call.args[0].name_hint for call in op_calls(mod) if call.op.same_as(_CALL_TIR))
+
+
+def _first_calls(mod: tvm.IRModule) -> dict:
+    first = {}
+    for call in op_calls(mod):
+        if call.op.same_as(_CALL_TIR):
+            first.setdefault(call.args[0].name_hint, call)
+    return first
+
+
+def _add_call_dims(args: list[dict], call) -> None:
+    """The call's view of each parameter (inputs, outputs, then the extra dims call_tir
+    passes), in the calling function's dim names."""
+    values = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else []
+    out = call.ty
+    values += list(out.fields) if isinstance(out, relax.TupleType) else [out]
+    if len(call.args) > 2 and isinstance(call.args[2], relax.ShapeExpr):
+        values += list(call.args[2].values)
+    for arg, value in zip(args, values):
+        if tvm.ir.is_prim_expr(value):  # a dim passed as a number
+            arg["value"] = _dim(value)
+            continue
+        ty = getattr(value, "ty", value)
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            arg["dims"] = [_dim(d) for d in ty.shape.values]
+
+
+def _dim(expr):
+    return int(expr) if isinstance(expr, tvm.tirx.IntImm) else str(expr)
 
 
 def _symbol(gv, func) -> str:

@@ -86,7 +86,13 @@ def has_main(mod: tvm.IRModule) -> bool:
 
 def single_use_values(mod: tvm.IRModule) -> set:
     """Values bound to dataflow variables that exactly one binding reads (outputs excluded)."""
-    single = set()
+    return {value for value, count in value_uses(mod).items() if count == 1}
+
+
+def value_uses(mod: tvm.IRModule) -> dict:
+    """Values bound to dataflow variables -> how many bindings read them (outputs
+    excluded)."""
+    uses = {}
     for _, func in mod.functions_items():
         if not isinstance(func, relax.Function):
             continue
@@ -95,9 +101,9 @@ def single_use_values(mod: tvm.IRModule) -> set:
             if not isinstance(block, relax.DataflowBlock):
                 continue
             for var, users in relax.analysis.udchain(block).items():
-                if isinstance(var, relax.DataflowVar) and len(users) == 1 and var in values:
-                    single.add(values[var])
-    return single
+                if isinstance(var, relax.DataflowVar) and var in values:
+                    uses[values[var]] = len(users)
+    return uses
 
 
 def constant_values(expr) -> np.ndarray | None:

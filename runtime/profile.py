@@ -8,10 +8,17 @@ the model), so the sum of kernel times is printed next to the measured end-to-en
 the difference is the VM's own overhead plus that effect.
 
 Synthetic arguments: floats uniform in [0.5, 1) (positive, so that sqrt/log/divide kernels
-take their normal path), integers and bools zero (valid indices for any guarded gather)."""
+take their normal path), integers and bools zero (valid indices for any guarded gather).
+
+A model with symbolic dims is profiled at the sizes the user gives (``dims``, ``--dim
+seq=128``; 1 for a dim not given): the kernel table records each symbolic argument's dims as
+expressions over the dim names, evaluated here by a small arithmetic evaluator (the table
+comes from a model file: nothing in it is executed). FLOPs are counted at compile time for
+static kernels only, so symbolic kernels show times without GFLOP/s."""
 
 from __future__ import annotations
 
+import ast
 import json
 import statistics
 import time
@@ -82,35 +89,101 @@ class ProfileReport:
                            "kernel_total_ms": self.kernel_total_ms, "kernels": kernels}, indent=2)
 
 
-def profile(model: Model, repeats: int = 10) -> ProfileReport:
-    """Time every kernel of ``model`` (median of ``repeats``) and the whole model."""
+def profile(model: Model, repeats: int = 10, dims: dict[str, int] | None = None
+            ) -> ProfileReport:
+    """Time every kernel of ``model`` (median of ``repeats``) and the whole model, symbolic
+    dims at the sizes in ``dims`` (1 where not given)."""
     table = model.metadata.get("kernels")
     if table is None:
         raise ValueError(f"{model.path}: no kernel table (built by an aotc older than the "
                          "profiler); recompile it")
-    feed = random_inputs(model.signature, seed=0)
+    sizes = {name: 1 for name in model.signature.dim_names()}
+    unknown = sorted(set(dims or {}) - set(sizes))
+    if unknown:
+        raise ValueError(f"--dim {unknown[0]}: the model has no dim of that name "
+                         f"(its dims: {sorted(sizes) or 'none'})")
+    sizes.update(dims or {})
+    feed = random_inputs(model.signature, seed=0, dims=sizes)
     end_to_end = _median_ms(lambda: model.run(feed), repeats)
-    timings = [_time_kernel(model, entry, repeats) for entry in table]
+    timings = [_time_kernel(model, entry, repeats, sizes) for entry in table]
     return ProfileReport(str(model.path), end_to_end, timings)
 
 
-def _time_kernel(model: Model, entry: dict, repeats: int) -> KernelTiming:
+def _time_kernel(model: Model, entry: dict, repeats: int, sizes: dict) -> KernelTiming:
     timing = KernelTiming(entry["name"], entry["calls"], None, entry.get("flops"))
-    if any(arg["shape"] is None for arg in entry["args"]):
-        timing.note = "symbolic shape: not timed"
+    try:
+        shapes = [_arg_value(arg, sizes) for arg in entry["args"]]
+    except ValueError as err:
+        timing.note = f"symbolic shape: not timed ({err})"
         return timing
     function = model.kernel(entry["name"])
     if function is None:
         timing.note = "not found in the library"
         return timing
     try:
-        args = [to_tvm(model.ffi, _synthetic(arg["shape"], arg["dtype"])) for arg in entry["args"]]
+        args = [value if isinstance(value, int) else
+                to_tvm(model.ffi, _synthetic(value, arg["dtype"]))
+                for value, arg in zip(shapes, entry["args"])]
         function(*args)  # warm-up; also surfaces a kernel's own checks
     except (RuntimeError, ValueError, TypeError, IndexError) as err:
         timing.note = f"could not run: {type(err).__name__}: {str(err).strip()[:80]}"
         return timing
     timing.ms_per_call = _median_ms(lambda: PLACEMENT.run(lambda: function(*args)), repeats)
     return timing
+
+
+def _arg_value(arg: dict, sizes: dict):
+    """A tensor argument's shape (list), or a scalar argument's value (int)."""
+    if arg.get("shape") is not None:
+        return arg["shape"]
+    if "value" in arg:
+        return dim_size(arg["value"], sizes)
+    if "dims" in arg:
+        return [dim_size(d, sizes) for d in arg["dims"]]
+    raise ValueError("the table has no dims for it (compiled by an older aotc)")
+
+
+def dim_size(expr, sizes: dict) -> int:
+    """The value of a dim expression of the kernel table (an int, a dim name, or arithmetic
+    over them as TVM prints it: ``(seq + T.int64(7)) // T.int64(8) * T.int64(8)``, ``T.min``,
+    ``T.max``), for the sizes given. Only that arithmetic is evaluated."""
+    if isinstance(expr, int):
+        return expr
+    try:
+        tree = ast.parse(str(expr), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"unreadable dim {expr!r}") from None
+    return _evaluate(tree.body, sizes, str(expr))
+
+
+_BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+           ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
+           ast.Mod: lambda a, b: a % b}
+
+
+def _evaluate(node, sizes: dict, text: str) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in sizes:
+            raise ValueError(f"dim {node.id!r} of {text!r} has no size")
+        return int(sizes[node.id])
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _evaluate(node.left, sizes, text), _evaluate(node.right, sizes, text)
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and right == 0:
+            raise ValueError(f"division by zero in {text!r}")
+        return _BINARY[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand, sizes, text)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            isinstance(node.func.value, ast.Name) and node.func.value.id == "T" and \
+            not node.keywords:
+        values = [_evaluate(a, sizes, text) for a in node.args]
+        if node.func.attr in ("int64", "int32") and len(values) == 1:
+            return values[0]
+        if node.func.attr in ("min", "max") and len(values) == 2:
+            return min(values) if node.func.attr == "min" else max(values)
+    raise ValueError(f"dim {text!r} is not arithmetic over dim names")
 
 
 def _synthetic(shape: list[int], dtype: str) -> np.ndarray:

@@ -54,6 +54,13 @@ class ModelSignature:
     def input_names(self) -> list[str]:
         return [t.name for t in self.inputs]
 
+    def dim_names(self) -> list[str]:
+        """The symbolic dims of the inputs, in order of first use."""
+        names: list[str] = []
+        for spec in self.inputs:
+            names += [d for d in spec.shape if isinstance(d, str) and d not in names]
+        return names
+
     def __str__(self) -> str:
         ins = "\n".join(f"  in  {t}" for t in self.inputs)
         outs = "\n".join(f"  out {t}" for t in self.outputs)

@@ -61,3 +61,56 @@ def test_profile_cli_prints_table_and_writes_json(tiny_so, tmp_path):
     assert "kernel" in result.output and "share" in result.output
     data = json.loads(out.read_text())
     assert data["kernels"] and all("total_ms" in k for k in data["kernels"])
+
+
+def _symbolic_attention(path):
+    """A [batch, seq, 64] input, a projection and self-attention over seq: symbolic kernels
+    (a padded packed matmul, padded attention)."""
+    rng = np.random.default_rng(1)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w"),
+             onnx.numpy_helper.from_array(np.array(0.125, np.float32), "scale")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Transpose", ["h"], ["ht"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["h", "ht"], ["s0"]),
+             helper.make_node("Mul", ["s0", "scale"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "h"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 64])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.in_process
+def test_symbolic_kernels_are_timed_at_the_sizes_given(tmp_path):
+    """Before, every kernel with a symbolic dim was listed "not timed"."""
+    meta = aotc.compile(_symbolic_attention(tmp_path / "a.onnx"), output=tmp_path / "a.so")
+    symbolic = [k for k in meta["kernels"] if any(a["shape"] is None for a in k["args"])]
+    assert symbolic and all(k["flops"] is None for k in symbolic)
+    assert any("(seq + T.int64(15)) // T.int64(16) * T.int64(16)" in a.get("dims", [])
+               for k in symbolic for a in k["args"])
+    model = aotc.load(tmp_path / "a.so")
+    report = profile(model, repeats=2, dims={"seq": 37, "batch": 2})
+    assert all(k.ms_per_call and k.ms_per_call > 0 for k in report.kernels), \
+        [(k.name, k.note) for k in report.kernels]
+    with pytest.raises(ValueError, match="no dim of that name"):
+        profile(model, repeats=1, dims={"sequence": 8})
+    done = CliRunner().invoke(main, ["profile", str(tmp_path / "a.so"), "--dim", "seq=16",
+                                     "--runs", "1"])
+    assert done.exit_code == 0, done.output
+    assert "not timed" not in done.output
+    done = CliRunner().invoke(main, ["profile", str(tmp_path / "a.so"), "--dim", "seq=x"])
+    assert done.exit_code != 0 and "NAME=SIZE" in done.output
+
+
+def test_dim_expressions_are_evaluated_not_executed():
+    from aotc.runtime.profile import dim_size
+    sizes = {"seq": 37, "batch": 2}
+    assert dim_size("(seq + T.int64(15)) // T.int64(16) * T.int64(16)", sizes) == 48
+    assert dim_size("T.min(seq, batch * T.int64(8))", sizes) == 16
+    assert dim_size(5, sizes) == 5
+    for hostile in ("__import__('os').system('true')", "seq ** 99999999", "open('x')",
+                    "seq.__class__", "unknown + 1"):
+        with pytest.raises(ValueError):
+            dim_size(hostile, sizes)

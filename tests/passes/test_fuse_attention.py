@@ -17,7 +17,7 @@ TARGET = tvm.target.Target({"kind": "llvm"})
 
 
 def _attention_module(queries, keys, mask_shape=None, scale="divide", probs_out=False,
-                      axis=-1):
+                      axis=-1, safe=False):
     bb = relax.BlockBuilder()
     q = relax.Var("q", relax.TensorType((2, 3, queries, 16), "float32"))
     kt = relax.Var("kt", relax.TensorType((2, 3, 16, keys), "float32"))
@@ -37,6 +37,9 @@ def _attention_module(queries, keys, mask_shape=None, scale="divide", probs_out=
             if mask is not None:
                 s = bb.emit(relax.op.add(s, mask))
             p = bb.emit(relax.op.nn.softmax(s, axis=axis))
+            if safe:  # torch's export: where(isnan(p), 0, p)
+                p = bb.emit(relax.op.where(bb.emit(relax.op.isnan(p)),
+                                           relax.const(0.0, "float32"), p))
             o = bb.emit(relax.op.matmul(p, v))
             out = bb.emit_output(relax.Tuple([o, p]) if probs_out else o)
         bb.emit_func_output(out)
@@ -129,6 +132,25 @@ def test_a_symbolic_length_is_padded_by_kernels_and_fused():
         mask[..., 0] = 0
         np.testing.assert_allclose(_run(after, arrays + [mask]), _run(before, arrays + [mask]),
                                    rtol=1e-5, atol=1e-6, err_msg=f"{batch}x{seq}")
+
+
+@pytest.mark.parametrize("queries, keys", [(128, 128), (197, 197)])
+def test_torchs_safe_softmax_is_fused_too(queries, keys):
+    """softmax then where(isnan(p), 0, p), as torch exports it (BERT from transformers): one
+    function with the where inside; before, the chain stayed three kernels."""
+    before = _attention_module(queries, keys, (1, 1, 1, keys), "divide", safe=True)
+    after = FuseAttention()(before)
+    assert len(_attention_functions(after)) == 1
+    ops = main_ops(after)
+    assert "relax.where" not in ops and "relax.isnan" not in ops
+    fused = [f for gv, f in after.functions_items() if gv.name_hint in
+             _attention_functions(after)][0]
+    inner = []
+    relax.analysis.post_order_visit(fused.body, lambda e: inner.append(e.op.name) if isinstance(
+        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
+    assert "relax.isnan" in inner and "relax.where" in inner
+    arrays = _inputs(before)
+    np.testing.assert_allclose(_run(after, arrays), _run(before, arrays), rtol=1e-5, atol=1e-6)
 
 
 def test_probabilities_read_elsewhere_are_not_fused():

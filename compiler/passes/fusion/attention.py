@@ -31,7 +31,7 @@ from tvm.relax.transform import FusionPattern
 from tvm.sym import Analyzer
 
 from ... import symbolic_padding
-from ...relax_walk import any_expr, single_use_values
+from ...relax_walk import any_expr, value_uses
 from ..pattern_rewrite import rewrite_module
 
 KEY_MULTIPLE = 16  # float32 lanes of one AVX-512 register; a multiple of AVX2's 8
@@ -46,10 +46,14 @@ def _attention_pattern():
     scaled = (is_op("relax.multiply")(scores, scale) | is_op("relax.multiply")(scale, scores)
               | is_op("relax.divide")(scores, scale) | scores)
     masked = is_op("relax.add")(scaled, mask) | is_op("relax.add")(mask, scaled) | scaled
-    probs = is_op("relax.nn.softmax")(masked)
+    softmax = is_op("relax.nn.softmax")(masked)
+    # torch exports softmax as "safe": where(isnan(p), 0, p), for rows masked entirely
+    nan_value = is_const()
+    probs = is_op("relax.where")(is_op("relax.isnan")(softmax), nan_value, softmax) | softmax
     out = is_op("relax.matmul")(probs, v)
     parts = {"q": q, "kt": kt, "v": v, "mask": mask, "scale": scale, "scores": scores,
-             "scaled": scaled, "masked": masked, "probs": probs}
+             "scaled": scaled, "masked": masked, "softmax": softmax, "nan_value": nan_value,
+             "probs": probs}
     return out, parts
 
 
@@ -95,7 +99,7 @@ def _fits(m: dict) -> bool:
         return False
     if not all(isinstance(d, int) for d in (sq[-1], sv[-1])):
         return False  # the head dims: the kernel's register tiles are built for them
-    axis = int(m["probs"].attrs.axis)
+    axis = int(m["softmax"].attrs.axis)
     if axis not in (-1, len(sq) - 1):
         return False
     if "scale" in m and int(np.prod(m["scale"].value.numpy().shape)) != 1:
@@ -148,7 +152,10 @@ def _pad_kernel(static: tuple, axis: int, multiple: int, value: float) -> tirx.P
             for k, d in enumerate(static)]
     x = te.placeholder(dims, "float32", name="x")
     out = symbolic_padding.pad_axis(x, axis, multiple, value)
-    return te.create_prim_func([x, out]).without_attr("global_symbol")  # private
+    func = te.create_prim_func([x, out]).without_attr("global_symbol")  # private
+    # opaque to FuseOps: fused with a neighbour (the mask's where), FuseTIR found the
+    # kernel's own dim vars inconsistent with the neighbour's
+    return func.with_attr("op_pattern", 8)
 
 
 def _pad_last(x: relax.Expr, shape: list, axis_from_end: int, padded, kernels: _PadKernels,
@@ -213,6 +220,8 @@ def _padded_chain(m: dict, kernels: _PadKernels) -> relax.Expr | None:
     if mask is not None:
         scores = relax.op.add(scores, mask)
     probs = relax.op.nn.softmax(scores, axis=-1)
+    if "nan_value" in m:
+        probs = relax.op.where(relax.op.isnan(probs), m["nan_value"], probs)
     out = relax.op.matmul(probs, v)
     if pad_rows:
         out = relax.op.strided_slice(out, axes=[len(sq) - 2], begin=[0], end=[queries],
@@ -220,16 +229,18 @@ def _padded_chain(m: dict, kernels: _PadKernels) -> relax.Expr | None:
     return out
 
 
-def _intermediates_single_use(m: dict, single_use: set) -> bool:
+def _intermediates_single_use(m: dict, uses: dict) -> bool:
     """Scores and probabilities read only by the chain itself (else fusing would compute
-    them twice)."""
-    return all(m[n] in single_use for n in ("scores", "scaled", "masked", "probs") if n in m)
+    them twice): once each, and a safe softmax's twice (its isnan and where)."""
+    if "nan_value" in m and uses.get(m["softmax"]) != 2:
+        return False
+    return all(uses.get(m[n]) == 1 for n in ("scores", "scaled", "masked", "probs") if n in m)
 
 
-def _padding_rewriter(parts: dict, single_use: set, kernels: _PadKernels):
+def _padding_rewriter(parts: dict, uses: dict, kernels: _PadKernels):
     def rewrite(expr, matchings):
         m = _matched(parts, matchings, expr)
-        if not _fits(m) or not _intermediates_single_use(m, single_use):
+        if not _fits(m) or not _intermediates_single_use(m, uses):
             return expr
         padded = _padded_chain(m, kernels)
         return expr if padded is None else padded
@@ -272,7 +283,7 @@ class FuseAttention:
         pattern, parts = _attention_pattern()
         kernels = _PadKernels()
         mod = rewrite_module(mod, pattern,
-                             _padding_rewriter(parts, single_use_values(mod), kernels),
+                             _padding_rewriter(parts, value_uses(mod), kernels),
                              kernels.functions)
         mod = relax.transform.FoldConstant()(mod)  # padded constant masks
         return relax.transform.FuseOpsByPattern([attention_fusion_pattern()],
