@@ -3,8 +3,9 @@ dispatched to the smallest bucket that fits.
 
 Why: kernels over a symbolic sequence length cannot pick register tiles for it (attention's
 [seq, seq] is padded to whole tiles and its softmax rows are masked), so a model compiled with
-dynamic axes runs several times slower than one compiled for a fixed length. Variable-length
-traffic served through buckets runs at the fixed-length speed of the bucket.
+dynamic axes runs slower than one compiled for a fixed length (1.0-1.25x for a BERT, more at
+short lengths). Variable-length traffic served through buckets runs at the fixed-length speed
+of the bucket, plus what the padding costs.
 
 How: the imported module's ``main`` is specialized for each combination of buckets
 (``bind_symbolic_vars``) and optimized on its own, exactly as a fixed-shape compile; the
@@ -13,12 +14,20 @@ one (each function and kernel renamed with its bucket's suffix; weights that cam
 byte for byte, are kept once). The runtime pads the inputs along the bucketed dims with zeros,
 calls the bucket's entry and crops the outputs back (runtime/model.py). Padding is right only
 for models that mask what it adds (an attention mask that is 0 on padding, causal attention):
-``verify_padding`` compares padded and unpadded runs before the library is kept."""
+``verify_padding`` compares padded and unpadded runs before the library is kept.
+
+Which to run: a call that pads a long way (384 tokens in a 512 bucket) can cost more than the
+symbolic entry at its own length. ``symbolic_costs`` times the symbolic entry against each
+bucket's at the bucket's size while compiling (the ratio, not the times, is kept: it carries
+over to other machines of a kind better than absolute times do); the runtime runs the bucket
+only while the padding (bucket size / real size, over the bucketed dims) is at most that
+ratio."""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import time
 
 import numpy as np
 import tvm
@@ -110,7 +119,7 @@ def verify_padding(path, signature: ModelSignature, table: dict, rtol=1e-3, atol
         sizes = dict(table["sizes"][key])
         shorter = {name: max(1, size * 3 // 4) for name, size in sizes.items()}
         feed = _feed(signature, shorter)
-        padded = model.run(feed)
+        padded = model.run(feed, entry=entry)
         exact = model.run(feed, entry="main")
         for name, got in padded.items():
             want = exact[name]
@@ -120,6 +129,35 @@ def verify_padding(path, signature: ModelSignature, table: dict, rtol=1e-3, atol
                     f"--buckets: padding {shorter} up to the bucket {sizes} changes output "
                     f"{name!r}; the model does not mask the padding it gets (no attention "
                     "mask input, or padding that is not zeros): compile it without buckets")
+
+
+def symbolic_costs(executable, signature: ModelSignature, table: dict,
+                   runs: int = 3) -> dict[str, float]:
+    """Bucket key -> time of the symbolic entry / time of the bucket's entry, both at the
+    bucket's size (medians of ``runs`` after a warm-up), measured with ``executable`` in this
+    process (a CPU target)."""
+    from aotc.runtime import loops  # pylint: disable=import-outside-toplevel
+    from aotc.runtime._tvm_runtime import tvm_ffi  # pylint: disable=import-outside-toplevel
+    loops.register(tvm_ffi())  # a model with a Loop calls it
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    costs = {}
+    for key, entry in table["entries"].items():
+        feed = _feed(signature, dict(table["sizes"][key]))
+        args = [tvm.runtime.tensor(np.ascontiguousarray(feed[spec.name]))
+                for spec in signature.inputs]
+        times = {name: _median_seconds(vm[name], args, runs) for name in (entry, "main")}
+        costs[key] = round(times["main"] / times[entry], 3)
+    return costs
+
+
+def _median_seconds(function, args, runs: int) -> float:
+    function(*args)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        function(*args)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
 
 
 def _feed(signature: ModelSignature, sizes: dict[str, int]) -> dict:

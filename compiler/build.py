@@ -17,7 +17,7 @@ from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 from aotc.atomic import copy_into_place
 from aotc.runtime import artifact
 from aotc.errors import TargetError
-from aotc.targets import TargetSpec
+from aotc.targets import TargetSpec, runs_here
 
 from aotc.options import CompileOptions
 
@@ -112,6 +112,10 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     if options.int8_ranges:
         metadata["quantization"] = {"mode": "int8", "layers": sorted(options.int8_ranges)}
     if bucket_table is not None:
+        if spec.runtime_device == "cpu" and runs_here(spec) is None:
+            say("timing the buckets against the symbolic entry")
+            bucket_table["symbolic_cost"] = in_phase("buckets", lambda: buckets.symbolic_costs(
+                executable, model.signature, bucket_table))
         metadata["buckets"] = bucket_table
     say("phase export")
     export_start = time.perf_counter()

@@ -94,10 +94,10 @@ class Model:
     def run(self, inputs: dict[str, np.ndarray], entry: str | None = None
             ) -> dict[str, np.ndarray]:
         """Run once; returns {output name: array}. A library built with buckets runs the
-        smallest bucket that fits (inputs padded, outputs cropped); ``entry="main"`` forces
-        the symbolic entry (to compare with)."""
+        smallest bucket that fits (inputs padded, outputs cropped) where that pays;
+        ``entry`` forces an entry: ``"main"`` (the symbolic one) or a bucket's."""
         arrays, bound = check_inputs(self.signature, inputs)
-        name, sizes = (entry, {}) if entry else self._bucket_for(bound)
+        name, sizes = self._bucket_for(bound) if entry is None else self._entry(entry, bound)
         if not sizes:
             return self._run_entry(name, arrays)
         arrays = [_pad(a, spec, sizes) for a, spec in zip(arrays, self.signature.inputs)]
@@ -106,7 +106,22 @@ class Model:
         return {k: _crop(v, specs[k], sizes, bound) if k in specs else v
                 for k, v in outputs.items()}
 
+    def _entry(self, name: str, bound: dict[str, int]) -> tuple[str, dict[str, int]]:
+        """``name`` and, for a bucket's entry, the sizes it pads to (which must fit)."""
+        buckets = self._buckets or {"entries": {}}
+        key = next((k for k, v in buckets["entries"].items() if v == name), None)
+        if key is None:
+            return name, {}
+        sizes = dict(buckets["sizes"][key])
+        if any(bound.get(d, 0) > size for d, size in sizes.items()):
+            raise InputMismatchError(f"{self.path.name}: the inputs ({bound}) do not fit the "
+                                     f"bucket {sizes} of entry {name!r}")
+        return name, sizes
+
     def _bucket_for(self, bound: dict[str, int]) -> tuple[str, dict[str, int]]:
+        """The smallest bucket that fits, unless it pads more than the symbolic entry costs
+        over it (compiler/buckets.symbolic_costs, measured at compile time): then the
+        symbolic entry, at the call's own size."""
         if not self._buckets:
             return "main", {}
         sizes = {}
@@ -116,6 +131,10 @@ class Model:
                 return "main", {}
             sizes[dim] = min(fitting)
         key = ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
+        cost = self._buckets.get("symbolic_cost", {}).get(key)
+        padding = float(np.prod([sizes[d] / bound[d] for d in sizes]))
+        if cost is not None and padding > cost:
+            return "main", {}
         return self._buckets["entries"][key], sizes
 
     def _run_entry(self, name: str, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:

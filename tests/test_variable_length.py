@@ -132,6 +132,27 @@ def test_buckets_dispatch_pad_and_crop(bert_buckets):
                                        err_msg=f"{name} at {batch}x{length}")
 
 
+@pytest.mark.in_process
+def test_a_call_that_pads_more_than_the_symbolic_entry_costs_runs_symbolic(bert_buckets):
+    """The compiler times the symbolic entry against each bucket (at the bucket's size); the
+    runtime pads into a bucket only while the padding (bucket / real size) is at most that
+    ratio. Either way the answer is the same."""
+    from aotc.runtime.model import Model
+    onnx_path, so, meta = bert_buckets
+    costs = meta["buckets"]["symbolic_cost"]
+    assert sorted(costs) == sorted(meta["buckets"]["entries"]) and all(c > 0 for c in costs.values())
+    model = Model(so)
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    inputs = _feed(model.signature.input_names(), 1, 20)  # the 32 bucket: padding 1.6
+    want = session.run(None, inputs)
+    for cost, entry in [(10.0, "main_batch1_seq32"), (1.5, "main")]:
+        model._buckets["symbolic_cost"] = {key: cost for key in costs}
+        assert model._bucket_for({"batch": 1, "seq": 20})[0] == entry
+        for value, expect in zip(model.run(inputs).values(), want):
+            np.testing.assert_allclose(value, expect, rtol=1e-4, atol=1e-4, err_msg=entry)
+    assert model._bucket_for({"batch": 1, "seq": 32})[0] == "main_batch1_seq32"  # no padding
+
+
 def _mean_over_sequence() -> onnx.ModelProto:
     """[batch, seq, 4] -> mean over seq: zeros added by padding change the mean (no mask)."""
     graph = helper.make_graph(
