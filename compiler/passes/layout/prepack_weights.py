@@ -14,8 +14,9 @@ cache-resident ones about the same (56x56x64 conv 300 / 307, 1x1 conv 64->256 at
 Where it sits: after the quantize phase (int8 and bf16 take their sites first: what is left
 as float32 conv/matmul is packed here), before lowering, whose FoldConstant would otherwise
 see the weights as plain constants. Sites it leaves to ``Contraction``: output channels that
-do not fill whole blocks (padding them costs compute and a crop pass; MobileNetV2's 24- and
-40-channel convs), rows without a divisor between 4 and 8 (ViT's 197 tokens: the packed tile
+fill whole blocks only with much padding (it costs compute and a crop pass; MobileNetV2's 24-
+and 40-channel convs; a few channels short of a block, as a 50,257-word vocabulary head, are
+padded), rows without a divisor between 4 and 8 (ViT's 197 tokens: the packed tile
 would be one row deep, 219 vs 271 GFLOP/s; Contraction pads them), depthwise/grouped
 convolutions and matmuls of two activations. CPU targets only (GPU rules do not read the
 packed layout).
@@ -39,6 +40,10 @@ from ...lower.cpu_contraction import INLINE_PRODUCERS_MAX_REDUCTION
 from ...relax_walk import has_main, mutate_functions
 
 _MAX_ROWS = 8
+# Output channels are padded to whole blocks (and the result cropped) when that adds at most
+# this share: a 50,257-word vocabulary head (GPT-2) or 1,000 classes gain the packed tile for
+# almost nothing; 24 or 40 channels would compute a third or a fifth more (module docstring).
+MAX_CHANNEL_PADDING = 1 / 16
 
 
 def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
@@ -111,13 +116,16 @@ def tile_rows(site: Site) -> int | None:
 
 
 def packs_well(site: Site, lanes: int) -> bool:
-    """Whether ``site`` fills whole blocks of ``lanes`` output channels and has rows a register
-    tile divides (the rules in the module docstring; symbolic rows are padded to
-    dot_kernels.SYMBOLIC_ROWS); ConvertFP16 asks too."""
+    """Whether ``site`` fills whole blocks of ``lanes`` output channels (up to
+    MAX_CHANNEL_PADDING of padding) and has rows a register tile divides (the rules in the
+    module docstring; symbolic rows are padded to dot_kernels.SYMBOLIC_ROWS); ConvertFP16 asks
+    too."""
     rows = tile_rows(site)
     whole_rows = rows is None or rows <= _MAX_ROWS or \
         any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
-    return int(site.var.ty.shape[-1]) % lanes == 0 and whole_rows
+    channels = int(site.var.ty.shape[-1])
+    padded = -(-channels // lanes) * lanes
+    return padded <= channels * (1 + MAX_CHANNEL_PADDING) and whole_rows
 
 
 @relax.expr_functor.mutator
