@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import time
 
 import numpy as np
 import tvm
@@ -35,6 +34,7 @@ from tvm import relax
 
 from aotc.errors import AotcError, UnsupportedModelError
 from aotc.runtime.inputs import random_inputs
+from aotc.runtime.profile import median_ms
 from aotc.runtime.signature import ModelSignature
 
 from .frontends.shapes import check_dim_names
@@ -134,8 +134,8 @@ def verify_padding(path, signature: ModelSignature, table: dict, rtol=1e-3, atol
 def symbolic_costs(executable, signature: ModelSignature, table: dict,
                    runs: int = 3) -> dict[str, float]:
     """Bucket key -> time of the symbolic entry / time of the bucket's entry, both at the
-    bucket's size (medians of ``runs`` after a warm-up), measured with ``executable`` in this
-    process (a CPU target)."""
+    bucket's size (medians of ``runs``, as aotc profile times), measured with ``executable``
+    in this process (a CPU target)."""
     from aotc.runtime import loops  # pylint: disable=import-outside-toplevel
     from aotc.runtime._tvm_runtime import tvm_ffi  # pylint: disable=import-outside-toplevel
     loops.register(tvm_ffi())  # a model with a Loop calls it
@@ -145,19 +145,10 @@ def symbolic_costs(executable, signature: ModelSignature, table: dict,
         feed = _feed(signature, dict(table["sizes"][key]))
         args = [tvm.runtime.tensor(np.ascontiguousarray(feed[spec.name]))
                 for spec in signature.inputs]
-        times = {name: _median_seconds(vm[name], args, runs) for name in (entry, "main")}
+        times = {name: median_ms(lambda f=vm[name]: f(*args), runs)
+                 for name in (entry, "main")}
         costs[key] = round(times["main"] / times[entry], 3)
     return costs
-
-
-def _median_seconds(function, args, runs: int) -> float:
-    function(*args)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        function(*args)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def _feed(signature: ModelSignature, sizes: dict[str, int]) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .buffers import aligned_empty
+from .buffers import aligned, aligned_empty
 
 RUN_LOOP = "aotc.run_loop"
 _REGISTERED: set[str] = set()
@@ -48,7 +48,7 @@ def register(ffi) -> None:
 
 
 def _scalar(ffi, value, dtype):
-    return ffi.from_dlpack(_aligned_stack([np.array(value, dtype)]).reshape(()))
+    return ffi.from_dlpack(aligned(np.array(value, dtype)))
 
 
 def _aligned_stack(parts: list[np.ndarray]) -> np.ndarray:

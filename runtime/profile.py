@@ -104,7 +104,7 @@ def profile(model: Model, repeats: int = 10, dims: dict[str, int] | None = None
                          f"(its dims: {sorted(sizes) or 'none'})")
     sizes.update(dims or {})
     feed = random_inputs(model.signature, seed=0, dims=sizes)
-    end_to_end = _median_ms(lambda: model.run(feed), repeats)
+    end_to_end = median_ms(lambda: model.run(feed), repeats)
     timings = [_time_kernel(model, entry, repeats, sizes) for entry in table]
     return ProfileReport(str(model.path), end_to_end, timings)
 
@@ -128,7 +128,7 @@ def _time_kernel(model: Model, entry: dict, repeats: int, sizes: dict) -> Kernel
     except (RuntimeError, ValueError, TypeError, IndexError) as err:
         timing.note = f"could not run: {type(err).__name__}: {str(err).strip()[:80]}"
         return timing
-    timing.ms_per_call = _median_ms(lambda: PLACEMENT.run(lambda: function(*args)), repeats)
+    timing.ms_per_call = median_ms(lambda: PLACEMENT.run(lambda: function(*args)), repeats)
     return timing
 
 
@@ -201,7 +201,7 @@ def _float_dtype(dtype: str):
     return np.dtype(dtype)
 
 
-def _median_ms(call, repeats: int) -> float:
+def median_ms(call, repeats: int) -> float:
     """Median over ``repeats`` of the mean time of a batch of calls lasting >= 2 ms."""
     start = time.perf_counter()
     call()

@@ -43,6 +43,12 @@ class GraphInfo:
                 return name
 
 
+def name_hint(name: str, length: int, fallback: str) -> str:
+    """The last ``length`` characters of an ONNX name as an identifier (for the names of
+    symbolic dims and functions made from it)."""
+    return "".join(c if c.isalnum() else "_" for c in name)[-length:] or fallback
+
+
 def node_attrs(node: onnx.NodeProto) -> dict:
     """The node's attributes as Python values, by name."""
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}

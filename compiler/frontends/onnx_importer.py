@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend
 
+from .onnx_graph import name_hint
 from .onnx_ops import model_opset
 from .onnx_bitcast import bitcast
 from .onnx_loop import convert_loop
@@ -92,13 +93,9 @@ class _ShapedNodes(dict):
         ty = getattr(value, "ty", None)
         if isinstance(value, relax.Var) and isinstance(ty, relax.TensorType) and \
                 ty.shape is None and ty.ndim >= 0:
-            dims = [tvm.tirx.Var(f"{_dim_hint(name)}_{k}", "int64") for k in range(ty.ndim)]
+            dims = [tvm.tirx.Var(f"{name_hint(name, 24, 'dim')}_{k}", "int64") for k in range(ty.ndim)]
             value = self.bb.match_cast(value, relax.TensorType(dims, ty.dtype))
         super().__setitem__(name, value)
-
-
-def _dim_hint(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)[-24:] or "dim"
 
 
 def import_graph(model: onnx.ModelProto, shape_dict: dict, dtype_dict: dict,

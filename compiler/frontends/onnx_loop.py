@@ -11,8 +11,9 @@ dataflow function that fuses and schedules like any other. ``captured`` are the 
 the body reads (ONNX lets a subgraph name outer values; a Relax function may not, so they are
 passed); constants stay constants. The graph calls ``aotc.run_loop`` (runtime/loops.py, also in
 the C++ runtime) through a small force-pure wrapper function, with the step function as a VM
-closure, the numbers of carried values and scan outputs, the trip count, the condition, the initial values, an empty tensor per scan output
-(its element shape, for a loop that runs no step) and the captured tensors. ``aotc.run_loop``
+closure, the numbers of carried values and scan outputs, the trip count, the condition, the
+initial values, an empty tensor per scan output (its element shape, for a loop that runs no
+step) and the captured tensors. ``aotc.run_loop``
 runs ``while i < trip and cond``, threading the carried values, and stacks the scan elements
 once at the end.
 
@@ -33,8 +34,10 @@ from tvm.relax import op as R
 from tvm.sym import Analyzer
 
 from aotc.errors import UnsupportedModelError
+from aotc.runtime.loops import RUN_LOOP  # registered by the runtimes (also runtime/cpp)
 
-RUN_LOOP = "aotc.run_loop"  # registered by the runtimes (runtime/loops.py, runtime/cpp)
+from .onnx_graph import name_hint
+
 INT64_MAX = (1 << 63) - 1
 MAX_SHAPE_ROUNDS = 8
 
@@ -89,7 +92,7 @@ def _static(dim) -> bool:
 
 
 def _hint(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)[-16:] or "loop"
+    return name_hint(name, 16, "loop")
 
 
 def convert_loop(importer, inputs: list, attrs: dict, name: str) -> relax.Expr:
@@ -129,11 +132,12 @@ def convert_loop(importer, inputs: list, attrs: dict, name: str) -> relax.Expr:
     empties = [bb.emit(R.zeros(relax.ShapeExpr([0, *shape]), dtype))
                for shape, dtype in loop.scan_elements_outside()]
     args = [trip, cond, *initial, *empties, *captured]
-    runner = _runner(bb, name, step, (n_carried, n_scan), [_tensor_type(a, "").dtype for a in args],
-                     [len(_tensor_type(a, "").shape.values) for a in args], loop.result_types())
+    results = loop.result_types()
+    runner = _runner(bb, name, step, (n_carried, n_scan), [_tensor_type(a, "") for a in args],
+                     results)
     result = bb.emit(relax.Call(runner, args))
     outputs = []
-    for k, ty in enumerate(loop.result_types()):
+    for k, ty in enumerate(results):
         item = bb.emit(relax.TupleGetItem(result, k))
         dims = [d if d is not None else tirx.Var(f"loop_{_hint(name)}_{k}_{a}", "int64")
                 for a, d in enumerate(loop.outside_dims(k))]
@@ -141,16 +145,16 @@ def convert_loop(importer, inputs: list, attrs: dict, name: str) -> relax.Expr:
     return relax.Tuple(outputs)
 
 
-def _runner(bb, name: str, step: relax.GlobalVar, counts: tuple, dtypes: list, ranks: list,
+def _runner(bb, name: str, step: relax.GlobalVar, counts: tuple, arg_types: list,
             results: list) -> relax.GlobalVar:
     """``runner(trip, cond, initial..., empties..., captured...)``: the call of RUN_LOOP, in a
     function of its own marked force-pure (the call hands the VM's context to the runtime,
     which Relax counts as impure; the loop itself changes nothing it is given), so the graph
     around it stays one dataflow block."""
     params = []
-    for k, (dtype, rank) in enumerate(zip(dtypes, ranks)):
-        dims = [tirx.Var(f"run_{k}_{a}", "int64") for a in range(rank)]
-        params.append(relax.Var(f"arg{k}", relax.TensorType(dims, dtype)))
+    for k, ty in enumerate(arg_types):
+        dims = [tirx.Var(f"run_{k}_{a}", "int64") for a in range(ty.ndim)]
+        params.append(relax.Var(f"arg{k}", relax.TensorType(dims, ty.dtype)))
     ret = relax.TupleType(results)
     bb.begin_scope(params)
     bb._begin_binding_block()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import tvm
 from tvm import s_tir, tirx
-from tvm.sym import Analyzer
 from tvm.target import Target
 
 from aotc.targets import simd
 
-_ANALYZER = Analyzer()
+from ..symbolic_padding import multiple_of
 
 _MAX_ROW_BLOCK = 8
 # Parallel loops shorter than this are not worth a thread-pool launch.
@@ -44,10 +43,7 @@ def _extent(sch: s_tir.Schedule, loop) -> int | None:
 def divisible(sch: s_tir.Schedule, loop, factor: int) -> bool:
     """Whether the loop's extent is provably a multiple of ``factor``: a static one, or a
     symbolic one padded to it (``(n + 15) // 16 * 16``)."""
-    ext = sch.get(loop).extent
-    if isinstance(ext, tirx.IntImm):
-        return int(ext.value) % factor == 0
-    return _ANALYZER.can_prove_equal(tirx.floormod(ext, factor), 0)
+    return multiple_of(sch.get(loop).extent, factor)
 
 
 def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
