@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,8 @@ class KernelTiming:
     ms_per_call: float | None
     flops: int | None
     note: str = ""
+    bytes: int | None = None  # of every argument together: flops / bytes says compute-bound
+
 
     @property
     def total_ms(self) -> float:
@@ -121,6 +124,9 @@ def _time_kernel(model: Model, entry: dict, repeats: int, sizes: dict) -> Kernel
         timing.note = "not found in the library"
         return timing
     try:
+        timing.bytes = sum(int(np.prod(value)) * _bits(arg["dtype"]) // 8
+                           for value, arg in zip(shapes, entry["args"])
+                           if not isinstance(value, int))
         args = [value if isinstance(value, int) else
                 to_tvm(model.ffi, _synthetic(value, arg["dtype"]))
                 for value, arg in zip(shapes, entry["args"])]
@@ -192,6 +198,14 @@ def _synthetic(shape: list[int], dtype: str) -> np.ndarray:
         values = np.random.default_rng(0).uniform(0.5, 1.0, size=shape)
         return aligned(values.astype(np_dtype))
     return aligned(np.zeros(shape, dtype="bool" if dtype == "bool" else dtype))
+
+
+def _bits(dtype: str) -> int:
+    """Bits per element of a TVM dtype string ("float32", "int4", "bool", "float32x4")."""
+    match = re.fullmatch(r"[a-z]+(\d+)(?:_\w+?)?(?:x(\d+))?", dtype)
+    if not match:
+        return 8
+    return int(match.group(1)) * int(match.group(2) or 1)
 
 
 def _float_dtype(dtype: str):
