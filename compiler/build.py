@@ -25,6 +25,7 @@ from . import buckets, cuda_codegen
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
+from .packed_imports import pack_imports
 from .memory_report import memory_report
 from .lower import tuned_functions, tuning_share, unscheduled_functions
 from .pipeline import in_phase, run_phases
@@ -161,6 +162,7 @@ def _export(executable, output: Path, metadata: dict, fcompile=None) -> None:
         c_file.write_text(artifact.c_source(artifact.metadata_blob(metadata)))
         staging = Path(tmp) / output.name
         extra = {"fcompile": fcompile} if fcompile is not None else {}
-        executable.export_library(str(staging), addons=[str(c_file)], **extra)
+        executable.export_library(str(staging), addons=[str(c_file)], fpack_imports=pack_imports,
+                                  **extra)
         artifact.seal(staging)
         copy_into_place(staging, output)

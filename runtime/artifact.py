@@ -51,14 +51,14 @@ def _digest(data, hash_at: int) -> str:
 
 
 def seal(path: Path) -> str:
-    """Write the file's hash into its metadata block (compiler side, after linking)."""
-    data = bytearray(Path(path).read_bytes())
-    at = _locate(data)
-    digest = _digest(memoryview(data), at)
-    data[at:at + HASH_LEN] = digest.encode()
-    tmp = Path(str(path) + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    """Write the file's hash into its metadata block, in place (compiler side, after linking,
+    on the staging copy that is then moved into place)."""
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as data:
+        at = _locate(data)
+        with memoryview(data) as view:
+            digest = _digest(view, at)
+        data[at:at + HASH_LEN] = digest.encode()
+        data.flush()
     return digest
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import warnings
 
+from collections import ChainMap
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -30,9 +32,13 @@ NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
               "Bernoulli", "Multinomial", "If", "Loop", "Scan", "Constant"}
 
 
-def fold_constants(model: onnx.ModelProto, info: GraphInfo) -> tuple[onnx.ModelProto, int]:
-    """A copy of ``model`` with foldable nodes replaced by Constant nodes; returns (model, n)."""
-    known = dict(info.constants)  # the same graph's constants, already read by GraphInfo
+def fold_constants(model: onnx.ModelProto, info: GraphInfo, in_place: bool = False
+                   ) -> tuple[onnx.ModelProto, int]:
+    """``model`` with foldable nodes replaced by Constant nodes; returns (model, n). A copy,
+    unless ``in_place`` (copying a model copies its weights: a second per round, for
+    BERT-base, on this kind of host)."""
+    # folded values over the graph's own constants (read from GraphInfo as they are needed)
+    known = ChainMap({}, info.constants)
     nodes, folded = [], 0
     for node in model.graph.node:
         values = _fold(node, known, info)
@@ -45,8 +51,12 @@ def fold_constants(model: onnx.ModelProto, info: GraphInfo) -> tuple[onnx.ModelP
                 known[name] = value
                 nodes.append(helper.make_node("Constant", [], [name],
                                               value=numpy_helper.from_array(value, name)))
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    if not folded:
+        return model, 0
+    out = model
+    if not in_place:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out, folded
@@ -60,9 +70,14 @@ def _fold(node: onnx.NodeProto, known: dict, info: GraphInfo) -> list[np.ndarray
     inputs = [n for n in node.input if n]
     if not inputs or not all(n in known for n in inputs):
         return None
-    if sum(np.asarray(known[n]).size for n in inputs) > MAX_ELEMENTS:
+    if sum(_size(known, n) for n in inputs) > MAX_ELEMENTS:
         return None
     return _evaluate(node, known, info.opset)
+
+
+def _size(known: ChainMap, name: str) -> int:
+    folded, constants = known.maps
+    return int(np.asarray(folded[name]).size) if name in folded else constants.size(name)
 
 
 def _static_shape(node: onnx.NodeProto, info: GraphInfo) -> list[np.ndarray] | None:

@@ -4,6 +4,7 @@ element types, fresh names, and the opset. Built once per import, after input sh
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -54,15 +55,48 @@ def node_attrs(node: onnx.NodeProto) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-def constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Initializers and Constant-node outputs of the main graph, as numpy."""
-    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            value = _constant_node_value(node)
-            if value is not None:
-                values[node.output[0]] = value
-    return values
+def constant_values(model: onnx.ModelProto) -> "Constants":
+    """Initializers and Constant-node outputs of the main graph, as numpy (read on first
+    access: an import builds this several times, and most of a model's weights are never
+    looked at by a rewrite)."""
+    return Constants(model.graph)
+
+
+class Constants(Mapping):
+    """name -> numpy value of the graph's initializers and Constant nodes, each converted from
+    its TensorProto once, when first read."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self._sources: dict = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute:
+                if node.attribute[0].name in _CONSTANT_ATTRS:
+                    self._sources[node.output[0]] = node
+        self._values: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._values:
+            source = self._sources[name]
+            self._values[name] = (numpy_helper.to_array(source)
+                                  if isinstance(source, onnx.TensorProto)
+                                  else _constant_node_value(source))
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._sources)
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    def size(self, name: str) -> int:
+        """Element count of a constant, without converting an initializer."""
+        source = self._sources[name]
+        if isinstance(source, onnx.TensorProto):
+            return int(np.prod(source.dims))
+        return int(np.asarray(self[name]).size)
+
+
+_CONSTANT_ATTRS = ("value", "value_float", "value_int", "value_floats", "value_ints")
 
 
 def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
@@ -79,9 +113,16 @@ def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
     return None
 
 
+# Initializers larger than this reach shape inference as typed graph inputs without their
+# data: no shape arithmetic reads them, and serializing a model's weights for onnx's C++
+# shape inference was most of an import's time.
+SHAPE_ONLY_ELEMENTS = 1024
+
+
 def _inferred_types(model: onnx.ModelProto) -> dict:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(_without_weights(model), strict_mode=False,
+                                                     data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
         inferred = model
     types = {}
@@ -89,6 +130,27 @@ def _inferred_types(model: onnx.ModelProto) -> dict:
         if value.type.HasField("tensor_type"):
             types[value.name] = value.type.tensor_type
     return types
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` for shape inference: initializers of more than
+    SHAPE_ONLY_ELEMENTS elements become graph inputs of their type and shape (no data)."""
+    big = [t for t in model.graph.initializer if int(np.prod(t.dims)) > SHAPE_ONLY_ELEMENTS]
+    if not big:
+        return model
+    source = model.graph
+    graph = onnx.GraphProto(name=source.name, doc_string=source.doc_string)
+    for field in ("node", "input", "output", "value_info", "sparse_initializer"):
+        getattr(graph, field).extend(getattr(source, field))
+    dropped = {t.name for t in big}
+    graph.initializer.extend(t for t in source.initializer if t.name not in dropped)
+    declared = {v.name for v in source.input}
+    graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                       for t in big if t.name not in declared)
+    stripped = onnx.ModelProto(ir_version=model.ir_version, graph=graph)
+    stripped.opset_import.extend(model.opset_import)
+    stripped.functions.extend(model.functions)
+    return stripped
 
 
 def with_fixed_inputs(model: onnx.ModelProto, shapes: dict[str, tuple]) -> onnx.ModelProto:

@@ -99,7 +99,7 @@ def prepare_for_tvm(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
     """Expand ops TVM cannot convert from their spec function bodies, fold constant shape
     arithmetic, then rewrite what TVM converts wrongly (the op check has already run on the
     user's graph). Shape inference runs again after folding: folded shapes
-    let it see through Reshape and Expand."""
+    let it see through Reshape and Expand. ``model`` may be changed in place."""
     opset = model_opset(model)
 
     def info(current: onnx.ModelProto) -> GraphInfo:  # one shape inference per call
@@ -136,9 +136,10 @@ def fold_to_fixpoint(model: onnx.ModelProto, info) -> onnx.ModelProto:
     make a shape further down static (Shape -> Gather -> Range -> ... -> Expand in YOLO-style
     anchor heads; Shape -> Slice -> Concat -> Reshape -> Squeeze in Paddle OCR), which only a
     new shape inference sees. Every round folds at least one node, so the count is bounded by
-    the graph; the cap only guards against a fold that keeps re-creating work."""
+    the graph; the cap only guards against a fold that keeps re-creating work. Folds in
+    place: ``model`` is changed and returned."""
     for _round in range(MAX_FOLD_ROUNDS):
-        model, folded = fold_constants(model, info(model))
+        model, folded = fold_constants(model, info(model), in_place=True)
         if not folded:
             break
     return model

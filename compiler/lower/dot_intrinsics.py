@@ -17,10 +17,12 @@ functions always-inline)."""
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
+from ..tvmscript import top_level
+
 VNNI_16x4 = "aotc_dot_16x4_u8i8i32_vnni"
 
 
-@T.prim_func(s_tir=True)
+@top_level.prim_func(s_tir=True)
 def _dot_16x4_desc(A: T.Buffer((4,), "uint8", offset_factor=1),
                    B: T.Buffer((16, 4), "int8", offset_factor=1),
                    C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
@@ -34,7 +36,7 @@ def _dot_16x4_desc(A: T.Buffer((4,), "uint8", offset_factor=1),
                     C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
 
-@T.prim_func(s_tir=True)
+@top_level.prim_func(s_tir=True)
 def _dot_16x4_vnni(A: T.Buffer((4,), "uint8", offset_factor=1),
                    B: T.Buffer((16, 4), "int8", offset_factor=1),
                    C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
@@ -70,7 +72,7 @@ declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloa
 TRUSTED_LLVM_IMPORTS = frozenset({BF16_LLVM})
 
 
-@T.prim_func(s_tir=True)
+@top_level.prim_func(s_tir=True)
 def _dot_16x2_desc(A: T.Buffer((2,), "uint16", offset_factor=1),
                    B: T.Buffer((16, 2), "uint16", offset_factor=1),
                    C: T.Buffer((16,), "float32", offset_factor=1)) -> None:
@@ -87,7 +89,7 @@ def _dot_16x2_desc(A: T.Buffer((2,), "uint16", offset_factor=1),
                         "float32", T.shift_left(T.Cast("uint32", B[vi, vk]), T.uint32(16)))
 
 
-@T.prim_func(s_tir=True)
+@top_level.prim_func(s_tir=True)
 def _dot_16x2_bf16(A: T.Buffer((2,), "uint16", offset_factor=1),
                    B: T.Buffer((16, 2), "uint16", offset_factor=1),
                    C: T.Buffer((16,), "float32", offset_factor=1)) -> None:

@@ -59,8 +59,12 @@ def test_one_round_leaves_the_expand_and_the_fixpoint_folds_it():
     model = anchor_head()
     once, _ = fold_constants(model, GraphInfo(model, 17))
     assert _left(once) == ["Reshape", "MatMul", "Shape", "Slice", "Concat", "Expand", "Add"]
+    assert _left(model) == ["Shape", "Gather", "Cast", "Mul", "Ceil", "Mul", "Range",
+                            "Unsqueeze", "Reshape", "MatMul", "Shape", "Slice", "Concat",
+                            "Expand", "Add"]  # fold_constants left it as it was
     fixed = fold_to_fixpoint(model, lambda m: GraphInfo(m, 17))
     assert _left(fixed) == ["Reshape", "MatMul"]  # the anchors are one constant
+    assert fixed is model  # folded in place
 
 
 def test_anchor_head_compiles_and_matches_onnxruntime(tmp_path):
