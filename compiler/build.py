@@ -21,7 +21,7 @@ from aotc.targets import TargetSpec, runs_here
 
 from aotc.options import CompileOptions
 
-from . import buckets, cuda_codegen
+from . import buckets, cuda_codegen, parallel_codegen
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
@@ -90,8 +90,12 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     in_phase("runtime check", lambda: check_runtime_only(mod))
     say("phase codegen (LLVM)")
     codegen_start = time.perf_counter()
-    executable = in_phase("codegen", lambda: relax.build(
-        mod, target, relax_pipeline=finalize_pipeline(spec, target)))
+    # CPU kernels compile on every allowed core; CUDA builds keep TVM's single module (its
+    # device code is one fatbin per build).
+    codegen = parallel_codegen.build if spec.backend == "cpu" else (
+        lambda m, t, pipeline: relax.build(m, t, relax_pipeline=pipeline))
+    executable = in_phase("codegen", lambda: codegen(mod, target,
+                                                     finalize_pipeline(spec, target)))
     if explanation is not None:
         explanation.later_phases["codegen"] = time.perf_counter() - codegen_start
     metadata = {

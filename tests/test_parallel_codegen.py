@@ -1,0 +1,47 @@
+"""compiler/parallel_codegen.py: kernels compiled on several threads give the same model."""
+
+import numpy as np
+import onnx
+import tvm
+from tvm.script import tirx as T
+
+import aotc
+from aotc.compiler import parallel_codegen
+from aotc.runtime.inputs import random_inputs
+
+from helpers import check_against_onnxruntime
+from onnx_builders import tiny_cnn
+
+
+def _kernel(name: str):
+    @T.prim_func(s_tir=True)
+    def kernel(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(4):
+            with T.sblock("copy"):
+                vi = T.axis.remap("S", [i])
+                b[vi] = a[vi]
+    return kernel.with_attr("global_symbol", name)
+
+
+def test_split_deals_every_function_once_and_keeps_module_attributes():
+    funcs = {tvm.ir.GlobalVar(f"k{i}"): _kernel(f"k{i}") for i in range(5)}
+    mod = tvm.IRModule(funcs, attrs={"runtime": "cpp-ish"})
+    groups = parallel_codegen.split(mod, 2)
+    names = [sorted(gv.name_hint for gv in g.get_global_vars()) for g in groups]
+    assert names == [["k0", "k2", "k4"], ["k1", "k3"]]
+    assert all(g.attrs["runtime"] == "cpp-ish" for g in groups)
+    assert [len(g.functions) for g in parallel_codegen.split(mod, 8)] == [1] * 5
+    assert parallel_codegen.split(tvm.IRModule({}), 2) == []
+
+
+def test_models_built_on_one_and_on_three_threads_match(tmp_path, monkeypatch):
+    path = tmp_path / "tiny_cnn.onnx"
+    onnx.save(tiny_cnn(), path)
+    outputs = {}
+    for workers in (1, 3):
+        monkeypatch.setattr(parallel_codegen, "default_threads", lambda w=workers: w)
+        model, _ = check_against_onnxruntime(path, tmp_path / f"w{workers}", rtol=1e-4,
+                                             atol=1e-5)
+        outputs[workers] = model.run(random_inputs(model.signature, seed=3))
+    for name, value in outputs[1].items():
+        np.testing.assert_array_equal(outputs[3][name], value)
