@@ -16,7 +16,8 @@ and that load time is reported as theirs.
 For aotc the bench also lists the kernels that run far below their class: a kernel whose
 GFLOP/s (``aotc profile``) is under a third of the median of its class (matmul, conv,
 attention) in the same model, that takes at least 1% of the time and does at least 8 FLOP
-per byte it touches (so it could be compute-bound) is reported under "slow_kernels".
+per byte it touches (so it could be compute-bound) is reported under "slow_kernels", as is a
+kernel other than a contraction that takes at least 5% of the time and moves under 1 GB/s.
 
 Models: examples/standard.py. Prints a row per model; writes JSON and a plot."""
 
@@ -171,8 +172,15 @@ def accuracy(reference, output) -> dict:
             "max_abs_ref": float(np.max(np.abs(ref)))}
 
 
+# A kernel other than a contraction that moves its bytes slower than this (and takes 5% of
+# the time):
+# far below any memory system (transformers' EfficientNet pooled 250 KB in 1.1 s).
+MIN_MEMORY_GBS = 1.0
+
+
 def slow_kernels(profile: dict) -> list[dict]:
-    """Kernels under a third of their class's median GFLOP/s (see the module docstring)."""
+    """Kernels under a third of their class's median GFLOP/s, and other kernels that move
+    data far slower than memory does (see the module docstring)."""
     kernels = [k for k in profile["kernels"] if k.get("gflops")]
     total = sum(k["total_ms"] for k in profile["kernels"]) or 1.0
     classes: dict[str, list[dict]] = {}
@@ -190,6 +198,13 @@ def slow_kernels(profile: dict) -> list[dict]:
                 slow.append({"name": k["name"], "class": cls, "gflops": round(k["gflops"], 1),
                              "class_median_gflops": round(median, 1),
                              "share": round(k["total_ms"] / total, 4)})
+    for k in profile["kernels"]:
+        # not a contraction (pooling, copies, reductions): bound by memory, a rate of bytes
+        rate = (k.get("bytes") or 0) / max(k["ms_per_call"] or 0, 1e-9) / 1e6  # GB/s
+        if (kernel_class(k["name"]) == "other" and k.get("bytes")
+                and k["total_ms"] / total >= 0.05 and rate < MIN_MEMORY_GBS):
+            slow.append({"name": k["name"], "class": "memory", "gb_per_s": float(f"{rate:.3g}"),
+                         "share": round(k["total_ms"] / total, 4)})
     return slow
 
 

@@ -12,7 +12,7 @@ compile reports use too)."""
 from . import cleanup, fusion
 from .folding import FoldChannelAffine, FoldConstantsNumpy, LegalizeDynamicSlices
 from .importer_fixes import (LiftMinMaxCallTIR, RemoveIdentityBroadcast, RemoveInferenceDropout,
-                             SumOfStackToAdd)
+                             SumOfStackToAdd, WholeInputPooling)
 from .cleanup import CollapseLayoutChains, FoldPadIntoConv
 from .fusion import FuseAttention
 from .layout import ConvertLayoutNHWC
@@ -21,4 +21,4 @@ from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants
 __all__ = ["CollapseLayoutChains", "ConvertLayoutNHWC", "FoldPadIntoConv", "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
            "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
            "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
-           "SumOfStackToAdd"]
+           "SumOfStackToAdd", "WholeInputPooling"]

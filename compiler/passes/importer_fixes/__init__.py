@@ -8,12 +8,14 @@ from .lift_minmax_call_tir import LiftMinMaxCallTIR
 from .remove_identity_broadcast import RemoveIdentityBroadcast
 from .remove_inference_dropout import RemoveInferenceDropout
 from .sum_of_stack_to_add import SumOfStackToAdd
+from .whole_input_pooling import WholeInputPooling
 
 
 def steps() -> list[Step]:
     return [Step(LiftMinMaxCallTIR(), 2), Step(SumOfStackToAdd(), 2),
-            Step(RemoveIdentityBroadcast(), 2), Step(RemoveInferenceDropout(), 2)]
+            Step(RemoveIdentityBroadcast(), 2), Step(RemoveInferenceDropout(), 2),
+            Step(WholeInputPooling(), 2)]
 
 
 __all__ = ["LiftMinMaxCallTIR", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
-           "SumOfStackToAdd", "steps"]
+           "SumOfStackToAdd", "WholeInputPooling", "steps"]
