@@ -175,9 +175,12 @@ def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding,
     return _widened(_crop(acc, out_channels), fmt)
 
 
-def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int) -> te.Tensor:
+def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int,
+           rows: int | None = None) -> te.Tensor:
     """Accumulator-typed ``x @ W`` of ``x`` [..., M, K] (the format's operand type) and packed
-    ``w`` [N/16, K/G, 16, G] (its dtype names the format)."""
+    ``w`` [N/16, K/G, 16, G] (its dtype names the format). ``rows``: ``x`` holds its rows in
+    padded blocks ([..., M/R, R, K]) and the result is [..., rows, N], the padding cropped in
+    the kernel's crop block (where its epilogue then runs)."""
     fmt = _format_of(w)
     k = int(x.shape[-1])
     kp = int(w.shape[1]) * fmt.group
@@ -190,4 +193,15 @@ def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int) -> te.
     acc = te.compute(lead + [int(w.shape[0]) * lanes], lambda *i: te.sum(fmt.product(
         x(*i[:-1], rk), w[i[-1] // lanes, rk // group, i[-1] % lanes, rk % group]),
         axis=[rk]), name=fmt.block)
+    if rows is not None:
+        return _widened(_crop_blocked_rows(acc, rows, out_features), fmt)
     return _widened(_crop(acc, out_features), fmt)
+
+
+def _crop_blocked_rows(acc: te.Tensor, rows: int, channels: int) -> te.Tensor:
+    """[..., blocks, R, N] -> [..., rows, channels]: block-padded rows and padded channels
+    cropped in one pass."""
+    per_block = int(acc.shape[-2])
+    shape = list(acc.shape[:-3]) + [rows, channels]
+    return te.compute(shape, lambda *i: acc(*i[:-2], i[-2] // per_block, i[-2] % per_block,
+                                            i[-1]), name=CROP_BLOCK)

@@ -16,9 +16,10 @@ as float32 conv/matmul is packed here), before lowering, whose FoldConstant woul
 see the weights as plain constants. Sites it leaves to ``Contraction``: output channels that
 fill whole blocks only with much padding (it costs compute and a crop pass; MobileNetV2's 24-
 and 40-channel convs; a few channels short of a block, as a 50,257-word vocabulary head, are
-padded), rows without a divisor between 4 and 8 (ViT's 197 tokens: the packed tile
-would be one row deep, 219 vs 271 GFLOP/s; Contraction pads them), depthwise/grouped
-convolutions and matmuls of two activations. CPU targets only (GPU rules do not read the
+padded), convolutions whose output width has no divisor between 4 and 8 (the packed tile
+would be one row deep), depthwise/grouped convolutions and matmuls of two activations. A
+matmul whose row count has no such divisor (ViT's 197 tokens) has its rows padded to
+blocks, as a symbolic row count has (below). CPU targets only (GPU rules do not read the
 packed layout).
 
 A matmul whose rows are symbolic (a model exported with dynamic axes: [batch, seq, K]) is
@@ -121,11 +122,28 @@ def packs_well(site: Site, lanes: int) -> bool:
     module docstring; symbolic rows are padded to dot_kernels.SYMBOLIC_ROWS); ConvertFP16 asks
     too."""
     rows = tile_rows(site)
-    whole_rows = rows is None or rows <= _MAX_ROWS or \
-        any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
+    return whole_channels(site, lanes) and (rows is None or whole_rows(rows))
+
+
+def whole_channels(site: Site, lanes: int) -> bool:
+    """Whether the output channels fill whole blocks of ``lanes`` with at most
+    MAX_CHANNEL_PADDING of padding."""
     channels = int(site.var.ty.shape[-1])
-    padded = -(-channels // lanes) * lanes
-    return padded <= channels * (1 + MAX_CHANNEL_PADDING) and whole_rows
+    return -(-channels // lanes) * lanes <= channels * (1 + MAX_CHANNEL_PADDING)
+
+
+def whole_rows(rows: int) -> bool:
+    """Whether a register tile of 4 to 8 rows divides ``rows`` (or the rows fit one tile)."""
+    return rows <= _MAX_ROWS or any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
+
+
+def pads_rows(site: Site, lanes: int) -> bool:
+    """A matmul with whole channel blocks whose static row count no tile divides (ViT's 197
+    tokens): PrepackWeights pads its rows to blocks of dot_kernels.SYMBOLIC_ROWS, as it does
+    a symbolic row count."""
+    rows = tile_rows(site)
+    return (site_kind(site) == "matmul" and rows is not None and not whole_rows(rows)
+            and whole_channels(site, lanes))
 
 
 @relax.expr_functor.mutator
@@ -183,24 +201,29 @@ class PrepackWeights:
         fmt = dot_kernels.fp32_format(self.lanes)
 
         def emit(bb, site, x):
-            if tile_rows(site) is None:
-                return _symbolic_rows_packed(bb, site, x, fmt)
+            if tile_rows(site) is None or pads_rows(site, self.lanes):
+                return _row_blocks_packed(bb, site, x, fmt)
             source = nchw_source(bb, site, x)
             call = site_packed_call(site, x, fmt) if source is None else \
                 site_packed_call(site, source, fmt, input_layout="NCHW")
             return bb.emit_te(*call, primfunc_name_hint=f"{site_kind(site)}_packed")
-        return convert_sites(mod, lambda s: packs_well(s, self.lanes), emit,
-                             symbolic_rows=True)
+        return convert_sites(mod, lambda s: packs_well(s, self.lanes) or pads_rows(s, self.lanes),
+                             emit, symbolic_rows=True)
 
 
-def _symbolic_rows_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
-    """The packed matmul of a site whose rows are symbolic: rows padded to whole blocks of
-    dot_kernels.SYMBOLIC_ROWS (an axis of blocks and a static one of rows: the tile's rows),
-    the packed kernel, the blocks joined back and the padded rows sliced off."""
+def _row_blocks_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
+    """The packed matmul of a site whose rows are symbolic or have no tile-sized divisor:
+    rows padded to whole blocks of dot_kernels.SYMBOLIC_ROWS (an axis of blocks and a static
+    one of rows: the tile's rows), the packed kernel, the blocks joined back and the padded
+    rows sliced off."""
     shape = list(site.call.args[0].ty.shape.values)
     axis = len(shape) - 2
     blocks = bb.emit_te(symbolic_padding.pad_axis_to_blocks, x, axis, dot_kernels.SYMBOLIC_ROWS,
                         primfunc_name_hint="pad_rows")
+    rows = tile_rows(site)
+    if rows is not None:  # static: cropped in the kernel, where the epilogue fuses
+        return bb.emit_te(*site_packed_call(site, blocks, fmt), rows,
+                          primfunc_name_hint="matmul_packed")
     y = bb.emit_te(*site_packed_call(site, blocks, fmt), primfunc_name_hint="matmul_packed")
     out_shape = list(site.var.ty.shape.values)
     padded = symbolic_padding.round_up(shape[axis], dot_kernels.SYMBOLIC_ROWS)
