@@ -53,6 +53,12 @@ _MAX_ROWS, _MAX_CHANNEL_BLOCKS = 16, 4
 # ran 16x slower.)
 STACK_TILE_ACCUMULATORS = 15
 SHORT_REDUCTION = 256
+# Rows of a float32 matmul's register tile, at most: each row of the tile reads its own row of
+# the activation, K floats apart from the next, and past a few such streams per tile the
+# reduction ran from cache misses (a 15x2 tile of a 1500x2048 @ 2048x512 matmul at 139
+# GFLOP/s, 4x4 at 214; shorter reductions and fewer rows gained 1-7%: 1500x512 @ 512x2048,
+# 128x3072 @ 3072x768; 2 threads, aotc profile, AMD Zen 4).
+MATMUL_TILE_ROWS = 4
 
 
 def _packed_block(infos) -> tuple[object, DotFormat] | None:
@@ -105,6 +111,17 @@ def _weight_bytes(sch, block, fmt: DotFormat) -> int:
     return 0
 
 
+def _packed_matmul(sch, block, fmt: DotFormat) -> bool:
+    """Whether the reduction block reads a packed matmul weight ([N/L, K/G, L, G]; a conv's
+    is [OC/L, KH, KW, IC/G, L, G], a Winograd product's [positions, N/L, K, L, 1])."""
+    for region in sch.get(block).reads:
+        shape = region.source.shape
+        if (len(shape) == 4 and all(isinstance(d, tirx.IntImm) for d in shape)
+                and [int(d) for d in shape[-2:]] == [fmt.lanes, fmt.group]):
+            return True
+    return False
+
+
 def _inline_side_input(sch, producer, main) -> bool:
     """Inline a producer that the contraction does not read (an elementwise computation of an
     epilogue's other input: the residual add's ``dequantize(xq)``, ResidualFromQuantized)
@@ -133,11 +150,11 @@ def _name(info) -> str:
 
 
 def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
-               accumulators: int | None = None) -> tuple[int, int]:
+               accumulators: int | None = None, max_rows: int = _MAX_ROWS) -> tuple[int, int]:
     """(rows R, channel blocks V) of the register tile: the most accumulators R*V that leave
     V registers for the weight vectors (R*V + V <= ``registers``; the activation broadcasts
     fold into the multiply-adds' memory operands), with V up to 4 blocks of channels and R up
-    to 16 rows, each dividing its axis; R*V at most ``accumulators`` when given (guarded
+    to ``max_rows`` (16) rows, each dividing its axis; R*V at most ``accumulators`` when given (guarded
     taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block (with
     one, every broadcast feeds a single multiply-add: UNet's 128-wide 3x3 convs ran 16x1
     3.55 / 3.26 ms, 8x2 3.43 / 3.05), then to more rows (each weight vector is then reused
@@ -152,7 +169,7 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
     for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
         if channel_blocks % blocks:
             continue
-        limit = min(_MAX_ROWS, registers // blocks - 1)
+        limit = min(max_rows, registers // blocks - 1)
         if accumulators is not None:
             limit = min(limit, max(1, accumulators // blocks))
         r = _largest_divisor(rows, limit)
@@ -212,9 +229,9 @@ class PackedDot(ScheduleRule):
 
     @staticmethod
     def _tile(sch, channel_blocks: int, rows: int, tunable: bool, registers: int,
-              accumulators: int | None = None):
+              accumulators: int | None = None, max_rows: int = _MAX_ROWS):
         """(rows, channel blocks): tile_shape's, or decisions sampled around them."""
-        default = tile_shape(channel_blocks, rows, registers, accumulators)
+        default = tile_shape(channel_blocks, rows, registers, accumulators, max_rows)
         if not tunable:
             return default
         choices = []
@@ -244,8 +261,12 @@ class PackedDot(ScheduleRule):
             # for the stack. In a workspace buffer LLVM kept these tiles' accumulators in
             # memory, a store per multiply-add (it does not where the shapes are static).
             accumulators = min(accumulators or STACK_TILE_ACCUMULATORS, STACK_TILE_ACCUMULATORS)
+        # A matmul's tile rows are rows of its activation, each a stream of its own K-long
+        # row; a conv's are neighbouring pixels (NHWC).
+        max_rows = MATMUL_TILE_ROWS if fmt.name == "fp32" and _packed_matmul(sch, block, fmt) \
+            else _MAX_ROWS
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
-                                  tunable, registers, accumulators)
+                                  tunable, registers, accumulators, max_rows)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
         outer = spatial[:-2]

@@ -2,11 +2,12 @@
 depthwise conv2d, a conv2d with 24 output channels, a matmul (+bias) with 16 rows and one
 with 13 rows.
 
-After the pass (AVX-512: 16 lanes): the 32-channel conv and the 16-row matmul are packed
-kernels (call_tir conv2d_packed / matmul_packed) with weights [2, 3, 3, 3, 16, 1] and
-[1, 40, 16, 1]; the depthwise conv (no packed kernel), the 24-channel conv (not whole blocks
-of 16) and the 13-row matmul (no row tile between 4 and 8) are still Relax ops; bias and ReLU
-stay after the kernels. With 8 lanes (AVX2) the 24-channel conv is packed too; with none (a GPU
+After the pass (AVX-512: 16 lanes): the 32-channel conv and the two matmuls are packed
+kernels (call_tir conv2d_packed / matmul_packed / matmul_packed1) with weights
+[2, 3, 3, 3, 16, 1], [2, 96, 16, 1] and [1, 32, 16, 1]; the 13-row matmul (no row tile
+between 4 and 8) reads its rows padded to two blocks of 8 (pad_rows) and crops them in its
+kernel; the depthwise conv (no packed kernel) and the 24-channel conv (not whole blocks of 16)
+are still Relax ops; bias and ReLU stay after the kernels. With 8 lanes (AVX2) the 24-channel conv is packed too; with none (a GPU
 target) nothing changes. Numbers: equal to the original (same products, same order).
 
 An NCHW image (3 channels) transposed to NHWC for its conv: after the pass the packed conv
@@ -64,18 +65,23 @@ def test_structure():
     after = PrepackWeights(16)(_module())
     ops = main_ops(after)
     assert ops.count("relax.nn.conv2d") == 2   # depthwise and the 24-channel one
-    assert ops.count("relax.matmul") == 1      # the 13-row one
+    assert ops.count("relax.matmul") == 0
     kernels = _kernels(after)
-    assert sorted(kernels) == ["conv2d_packed", "matmul_packed"]
-    shapes = {call.args[0].name_hint: [int(d) for d in call.args[1].fields[1].value.shape]
-              for call in _call_tirs(after)}
-    assert shapes == {"conv2d_packed": [2, 3, 3, 3, 16, 1], "matmul_packed": [2, 96, 16, 1]}
+    assert sorted(kernels) == ["conv2d_packed", "matmul_packed", "matmul_packed1", "pad_rows"]
+    calls = {call.args[0].name_hint: call for call in _call_tirs(after)}
+    shapes = {name: [int(d) for d in call.args[1].fields[1].value.shape]
+              for name, call in calls.items() if "packed" in name}
+    assert shapes == {"conv2d_packed": [2, 3, 3, 3, 16, 1], "matmul_packed": [2, 96, 16, 1],
+                      "matmul_packed1": [1, 32, 16, 1]}
+    padded = calls["matmul_packed1"].args[1].fields[0].ty.shape
+    assert [int(d) for d in padded] == [2, 8, 32]  # 13 rows in two blocks of 8
+    assert [int(d) for d in calls["matmul_packed1"].ty.shape] == [13, 16]
     assert ops.count("relax.add") == 2 and ops.count("relax.nn.relu") == 1
 
 
 def test_lanes_follow_the_target():
     assert sorted(_kernels(PrepackWeights(8)(_module()))) == \
-        ["conv2d_packed", "conv2d_packed1", "matmul_packed"]
+        ["conv2d_packed", "conv2d_packed1", "matmul_packed", "matmul_packed1", "pad_rows"]
     before = _module()
     tvm.ir.assert_structural_equal(PrepackWeights(None)(before), before)
 
