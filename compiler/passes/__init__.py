@@ -11,14 +11,14 @@ compile reports use too)."""
 
 from . import cleanup, fusion
 from .folding import FoldChannelAffine, FoldConstantsNumpy, LegalizeDynamicSlices
-from .importer_fixes import (LiftMinMaxCallTIR, RemoveIdentityBroadcast, RemoveInferenceDropout,
+from .importer_fixes import (Conv1dAsConv2d, LiftMinMaxCallTIR, RemoveIdentityBroadcast, RemoveInferenceDropout,
                              SumOfStackToAdd, WholeInputPooling)
 from .cleanup import CollapseLayoutChains, FoldPadIntoConv
 from .fusion import FuseAttention
 from .layout import ConvertLayoutNHWC
 from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants
 
-__all__ = ["CollapseLayoutChains", "ConvertLayoutNHWC", "FoldPadIntoConv", "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
+__all__ = ["CollapseLayoutChains", "Conv1dAsConv2d", "ConvertLayoutNHWC", "FoldPadIntoConv", "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
            "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
            "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
            "SumOfStackToAdd", "WholeInputPooling"]
