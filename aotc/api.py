@@ -52,9 +52,65 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
         from aotc.schedules import TunedSchedules
         options = dataclasses.replace(
             options, schedules=TunedSchedules(logs, tvm.target.Target(spec.tvm_target)))
-    if quantize is None:
-        return build(imported, spec, output, options=options, progress=say)
-    return _compile_int8(imported, spec, output, options, quantize, say)
+    if quantize is not None:
+        return _compile_int8(imported, spec, output, options, quantize, say)
+    metadata = build(imported, spec, output, options=options, progress=say)
+    if options.precision in ("bf16", "fp16"):
+        metadata["precision_report"] = _precision_report(imported, spec, output, options, say)
+    return metadata
+
+
+PRECISION_SAMPLES = 4
+
+
+def _precision_report(imported, spec, output, options, say) -> dict:
+    """The bf16/fp16 model at ``output`` against a float32 build of the same model, on
+    random inputs of its signature (symbolic dims 8): per output, max |diff|, cosine and, for
+    a classifier, top-1 agreement (as the int8 report). Written next to the library as
+    ``<output>.precision.json``; not measured where the target does not run here."""
+    import dataclasses
+    import json
+    import platform
+    import tempfile
+
+    from aotc.atomic import write_bytes
+    from aotc.compiler import build
+    from aotc.compiler.quantize.report import output_errors
+    from aotc.runtime import load
+    from aotc.runtime.inputs import random_inputs
+    from aotc.targets import runs_here
+
+    why = runs_here(spec) or (None if spec.arch == platform.machine() and
+                              spec.runtime_device == "cpu" else "not this machine's CPU")
+    if why is not None:
+        return {"precision": options.precision, "measured": False,
+                "table": f"{options.precision} accuracy: not measured ({spec.name}: {why})"}
+    samples = [random_inputs(imported.signature, seed=k, dim_default=8)
+               for k in range(PRECISION_SAMPLES)]
+    say(f"accuracy: {options.precision} vs float32 on {len(samples)} random inputs")
+    with tempfile.TemporaryDirectory(prefix="aotc-fp32-") as tmp:
+        reference_path = Path(tmp) / "fp32.so"
+        build(imported, spec, reference_path,
+              options=dataclasses.replace(options, precision="fp32", explain=False),
+              progress=lambda _msg: None)
+        names = [o.name for o in imported.signature.outputs]
+        reference, reduced = [], []
+        for path, results in ((reference_path, reference), (Path(output), reduced)):
+            model = load(path)
+            for feed in samples:
+                outputs = model.run(feed)
+                results.append([outputs[n] for n in names])
+    report = {"precision": options.precision, "measured": True, "samples": len(samples),
+              "evaluated_on": "random inputs", "outputs": output_errors(names, reference, reduced)}
+    lines = [f"{options.precision} accuracy against float32 on {len(samples)} random inputs:"]
+    for row in report["outputs"]:
+        top1 = (f", argmax agreement {row['top1_agreement']:.1%} (top-1, for a classifier)"
+                if "top1_agreement" in row else "")
+        lines.append(f"  {row['output']}: max |diff| {row['max_abs_error']:.4g}, cosine "
+                     f"{row['cosine']:.5f}{top1}")
+    path = Path(f"{output}.precision.json")
+    write_bytes(path, json.dumps(report, indent=1).encode())
+    return {**report, "table": "\n".join(lines), "path": str(path)}
 
 
 def _target_spec(target: str, options):

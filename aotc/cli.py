@@ -176,6 +176,8 @@ def compile_cmd(model, target, output, input_shape, input_range, buckets, bind, 
         click.echo(meta["explain"]["table"])
     if int8 is not None:
         click.echo(meta["quantization_report"]["table"])
+    if "precision_report" in meta:
+        click.echo(meta["precision_report"]["table"])
     tuned = f", {len(meta['tuned_kernels'])} from tuning logs" if meta["tuned_kernels"] else ""
     share = meta.get("tuning", {})
     if tuned and share.get("tuned_share") is not None:

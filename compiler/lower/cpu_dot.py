@@ -263,8 +263,8 @@ class PackedDot(ScheduleRule):
             accumulators = min(accumulators or STACK_TILE_ACCUMULATORS, STACK_TILE_ACCUMULATORS)
         # A matmul's tile rows are rows of its activation, each a stream of its own K-long
         # row; a conv's are neighbouring pixels (NHWC).
-        max_rows = MATMUL_TILE_ROWS if fmt.name == "fp32" and _packed_matmul(sch, block, fmt) \
-            else _MAX_ROWS
+        max_rows = MATMUL_TILE_ROWS if fmt.name in ("fp32", "bf16") and \
+            _packed_matmul(sch, block, fmt) else _MAX_ROWS
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
                                   tunable, registers, accumulators, max_rows)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])

@@ -11,17 +11,11 @@ and what followed (bias, activation, residual add) stays float32 in the kernel's
 FuseOps puts ``to_bf16_bits`` into the producer's epilogue, so that the activation travels
 as 2 bytes a value. The weights are rounded to bfloat16 and packed at compile time.
 
-Which sites, and why not all: on this machine (Sapphire Rapids, AVX512-BF16) ``vdpbf16ps``
-reached ~100 GFLOP/s a core whatever the register tile, where prepacked float32 FMAs
-(passes/layout/prepack_weights.py) reach ~170: bf16 pays only where streaming the weights
-bounds the kernel, i.e. few output rows share each weight. Packed matmuls, fp32 / bf16 time
-(2 threads, /tmp/proto time_evaluator): 2048x1024 (8.4 MB of fp32 weights) at 1, 2, 4, 8, 16
-rows 1.96, 2.34, 1.59, 0.90, 0.78; 768x768 (2.4 MB) 1.97, 1.44, 0.74, 0.65; 512x1000 (2 MB)
-0.97, 1.02, 0.87, 0.70; 3x3 convs at 14x14 and 7x7 spatial 0.67 and 0.72. So a site goes
-bf16 when its float32 weight holds at least BYTES_PER_ROW (2 MB) for each output row (a
-row: one output pixel of a conv, one row of a matmul's output); the others stay float32, and
-get packed. At batch 1 that is the classifiers and decoder projections, not the convolutions
-of a CNN. ``--explain`` counts the kernels made.
+Which sites: every one (``bytes_per_row`` can keep small weights float32). With the 4-row
+matmul tiles of cpu_dot.MATMUL_TILE_ROWS a bf16 matmul runs at about twice its float32 twin
+on an AVX512-BF16 CPU (Zen 4, 2 threads: 128x3072 @ 3072x768 435 against 221 GFLOP/s;
+1500x2048 @ 2048x512 435 against 222). Rows that no 4-8-row tile divides (ViT's 197 tokens)
+or that are symbolic are padded to blocks of 8, as PrepackWeights pads float32 ones.
 
 What stays float32, and why: depthwise/grouped convolutions (no dot product over channels to
 pack), matmuls of two activations (attention: their score sums are where precision matters
@@ -38,9 +32,10 @@ from tvm import relax
 from .. import dot_kernels
 from ..frontends.relax_shapes import static_shape
 from ..contraction_sites import Site
-from ..passes.layout.prepack_weights import convert_sites, site_kind, site_packed_call
+from ..passes.layout.prepack_weights import (convert_sites, pads_rows, row_blocks_packed,
+                                             site_kind, site_packed_call, tile_rows)
 
-BYTES_PER_ROW = 2 << 20
+BYTES_PER_ROW = 0.0
 
 
 def _weight_bytes_per_row(site: Site) -> float:
@@ -50,6 +45,8 @@ def _weight_bytes_per_row(site: Site) -> float:
 
 def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
     xb = bb.emit_te(dot_kernels.to_bf16_bits, x, primfunc_name_hint="to_bf16")
+    if tile_rows(site) is None or pads_rows(site, dot_kernels.BF16.lanes):
+        return row_blocks_packed(bb, site, xb, dot_kernels.BF16, "matmul_bf16")
     return bb.emit_te(*site_packed_call(site, xb, dot_kernels.BF16),
                       primfunc_name_hint=f"{site_kind(site)}_bf16")
 
@@ -57,7 +54,8 @@ def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
 @tvm.transform.module_pass(opt_level=0, name="ConvertBF16")
 class ConvertBF16:
     """``enabled`` False (precision fp32) leaves the module as it is; ``bytes_per_row``:
-    sites with less float32 weight per output row stay float32 (0: every site goes bf16)."""
+    sites with less float32 weight per output row stay float32 (0, the default: every site
+    goes bf16)."""
 
     def __init__(self, enabled: bool, bytes_per_row: float = BYTES_PER_ROW):
         self.enabled, self.bytes_per_row = enabled, bytes_per_row
@@ -65,5 +63,6 @@ class ConvertBF16:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if not self.enabled:
             return mod
-        return convert_sites(mod, lambda s: _weight_bytes_per_row(s) >= self.bytes_per_row,
-                             _emit_bf16)
+        return convert_sites(mod, lambda s: self.bytes_per_row <= 0 or
+                             _weight_bytes_per_row(s) >= self.bytes_per_row, _emit_bf16,
+                             symbolic_rows=True)

@@ -4,8 +4,8 @@ with a constant weight (+bias) and a matmul of two activations.
 After the pass: the conv2d and the constant-weight matmul are bf16 kernels (call_tir named
 conv2d_bf16 / matmul_bf16) fed by to_bf16 conversions, their biases and ReLU still float32
 ops after them; the depthwise conv and the activation-by-activation matmul are still float32
-Relax ops. With the default weight threshold, small weights stay float32 (nothing changes
-here: every weight is under 1 MB). Numbers: the converted module equals the float32 one
+Relax ops. With a weight threshold (2 MB a row), small weights stay float32 (nothing changes
+here: every weight is under 1 MB); the default converts every site. Numbers: the converted module equals the float32 one
 computed on bfloat16-rounded inputs and weights, up to float32 rounding."""
 
 import ml_dtypes
@@ -64,8 +64,25 @@ def test_structure():
 
 def test_threshold_and_disabled_leave_the_module():
     before = _module(_weights())
-    tvm.ir.assert_structural_equal(ConvertBF16(True)(before), before)   # far under 2 MB a row
-    tvm.ir.assert_structural_equal(ConvertBF16(False, bytes_per_row=0)(before), before)
+    tvm.ir.assert_structural_equal(ConvertBF16(True, bytes_per_row=2 << 20)(before), before)
+    tvm.ir.assert_structural_equal(ConvertBF16(False)(before), before)
+    tvm.ir.assert_structural_equal(ConvertBF16(True)(before),  # the default: every site
+                                   ConvertBF16(True, bytes_per_row=0)(before))
+
+
+def test_rows_without_a_tile_are_padded_to_blocks():
+    """197 rows (ViT's tokens): the bf16 matmul reads them in blocks of 8 and crops them."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 197, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(x, relax.const(
+                RNG.standard_normal((64, 32)).astype(np.float32))))
+        bb.emit_func_output(out)
+    after = ConvertBF16(True)(bb.get())
+    assert _kernels(after) == ["matmul_bf16", "pad_rows", "to_bf16"]
+    padded = [f for gv, f in after.functions_items() if gv.name_hint == "pad_rows"][0]
+    assert [int(d) for d in padded.params[1].ty.shape] == [1, 25, 8, 64]
 
 
 def test_numbers_match_bfloat16_rounded_float32():

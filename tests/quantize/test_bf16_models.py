@@ -1,9 +1,10 @@
-"""aotc compile --precision bf16 end to end, through the CLI, on an ONNX model with layers on
-both sides of ConvertBF16's threshold (2 MB of weight per output row): the batch-1 512x2048
-matmul (4 MB for its one row) goes bf16; the 3x3 conv of 256 channels (2.4 MB over 64 output
-pixels) stays float32 and is prepacked, as is the first conv; the classifier (80 KB) stays
-float32. Checked against onnxruntime's float32 output; and the refusals a user gets on
-targets without AVX512-BF16 or AVX512-FP16."""
+"""aotc compile --precision bf16 end to end, through the CLI, on an ONNX model of two 3x3
+convs and two matmuls (512x2048 and a 2048x10 classifier): every one of them becomes a bf16
+kernel, and the compile reports its accuracy against the float32 build. Checked against
+onnxruntime's float32 output; and the refusals a user gets on targets
+without AVX512-BF16 or AVX512-FP16."""
+
+import json
 
 import numpy as np
 import onnx
@@ -62,8 +63,13 @@ def test_compile_bf16_cli_against_onnxruntime(tmp_path):
     loaded = aotc.load(out)
     assert loaded.metadata["precision"] == "bf16"
     kernels = " ".join(k["name"] for k in loaded.metadata["kernels"])
-    assert kernels.count("matmul_bf16") == 1 and "conv2d_bf16" not in kernels, kernels
-    assert kernels.count("conv2d_packed") == 2, kernels
+    assert kernels.count("matmul_bf16") == 2 and kernels.count("conv2d_bf16") == 2, kernels
+    assert "packed" not in kernels, kernels
+    # the accuracy report: this model against its float32 build, on random inputs
+    assert "bf16 accuracy against float32 on 4 random inputs" in result.output
+    report = json.loads((tmp_path / "net_bf16.so.precision.json").read_text())
+    [row] = report["outputs"]
+    assert row["output"] == "y" and row["cosine"] > 0.999 and row["top1_agreement"] == 1.0
     x = RNG.standard_normal((1, 8, 8, 8)).astype(np.float32)
     want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
     assert_matches(loaded.run({"x": x})["y"], want, 0.999, 0.02)

@@ -202,7 +202,7 @@ class PrepackWeights:
 
         def emit(bb, site, x):
             if tile_rows(site) is None or pads_rows(site, self.lanes):
-                return _row_blocks_packed(bb, site, x, fmt)
+                return row_blocks_packed(bb, site, x, fmt)
             source = nchw_source(bb, site, x)
             call = site_packed_call(site, x, fmt) if source is None else \
                 site_packed_call(site, source, fmt, input_layout="NCHW")
@@ -211,7 +211,8 @@ class PrepackWeights:
                              emit, symbolic_rows=True)
 
 
-def _row_blocks_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
+def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt,
+                      name: str = "matmul_packed") -> relax.Expr:
     """The packed matmul of a site whose rows are symbolic or have no tile-sized divisor:
     rows padded to whole blocks of dot_kernels.SYMBOLIC_ROWS (an axis of blocks and a static
     one of rows: the tile's rows), the packed kernel, the blocks joined back and the padded
@@ -222,9 +223,8 @@ def _row_blocks_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
                         primfunc_name_hint="pad_rows")
     rows = tile_rows(site)
     if rows is not None:  # static: cropped in the kernel, where the epilogue fuses
-        return bb.emit_te(*site_packed_call(site, blocks, fmt), rows,
-                          primfunc_name_hint="matmul_packed")
-    y = bb.emit_te(*site_packed_call(site, blocks, fmt), primfunc_name_hint="matmul_packed")
+        return bb.emit_te(*site_packed_call(site, blocks, fmt), rows, primfunc_name_hint=name)
+    y = bb.emit_te(*site_packed_call(site, blocks, fmt), primfunc_name_hint=name)
     out_shape = list(site.var.ty.shape.values)
     padded = symbolic_padding.round_up(shape[axis], dot_kernels.SYMBOLIC_ROWS)
     joined = bb.emit(relax.op.reshape(y, relax.ShapeExpr(
