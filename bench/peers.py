@@ -1,6 +1,7 @@
 """aotc against its peers on full-size standard architectures (batch 1, random weights):
 onnxruntime, OpenVINO (fp32 hint, and its default, bf16 on CPUs with AVX512-BF16 or AMX),
-torch AOTInductor and, where installed, IREE (llvm-cpu).
+torch AOTInductor and, where installed, IREE (llvm-cpu); and aotc's ``--precision bf16`` build
+against OpenVINO's default.
 
     python bench/peers.py [--models resnet50,vit_b16,...] [--rounds 4] [--runs 20]
         [--engines aotc,onnxruntime,...] [--out bench/results/peers.json]
@@ -39,7 +40,10 @@ from bench_models import bench_all, median_ms_in_subprocess  # noqa: E402
 
 MODELS = ("resnet50,mobilenetv3_large,efficientnet_b0,convnext_t,vit_b16,bert_base,gpt2,"
           "whisper_base_encoder")
-ENGINES = ("aotc", "onnxruntime", "openvino_fp32", "openvino_default", "aoti", "iree")
+ENGINES = ("aotc", "aotc_bf16", "onnxruntime", "openvino_fp32", "openvino_default", "aoti",
+           "iree")
+# aotc_bf16 (--precision bf16) is compared with OpenVINO's default (bf16 on such CPUs); on a
+# CPU without AVX512-BF16 its compile is refused and the row records that.
 
 # Each timer defines run() from FEED (an .npz of the inputs, in input order) and the
 # artifacts; it saves run()'s first output to OUTPUT and prints load seconds, then (MEASURE)
@@ -52,6 +56,11 @@ TIMERS = {
     "aotc": """
 import aotc
 model = aotc.load(ARTIFACT)
+run = lambda: list(model.run(feed).values())
+""",
+    "aotc_bf16": """
+import aotc
+model = aotc.load(BF16_ARTIFACT)
 run = lambda: list(model.run(feed).values())
 """,
     "onnxruntime": """
@@ -130,6 +139,10 @@ def build_engine(engine: str, name: str, work: Path) -> float | None:
     if engine == "aotc":
         return _wall([sys.executable, "-m", "aotc.cli", "compile", str(onnx_path), "-o",
                       str(work / f"{name}.so")], "aotc compile")
+    if engine == "aotc_bf16":  # includes the float32 build its accuracy report compares with
+        return _wall([sys.executable, "-m", "aotc.cli", "compile", str(onnx_path), "-o",
+                      str(work / f"{name}.bf16.so"), "--precision", "bf16"],
+                     "aotc compile --precision bf16")
     if engine == "aoti":
         return _wall([sys.executable, "-c", AOTI_COMPILE, name, str(work / f"{name}.pt2")],
                      "AOTInductor compile")
@@ -149,7 +162,8 @@ def build_engine(engine: str, name: str, work: Path) -> float | None:
 def time_engine(engine: str, name: str, work: Path, runs: int) -> dict:
     """{"ms": median latency, "load_s": seconds to load} of one engine in a fresh process;
     its first output lands in ``work/name.engine.npy``."""
-    paths = {"FEED": work / f"{name}.npz", "ARTIFACT": work / f"{name}.so",
+    paths = {"FEED": work / f"{name}.npz", "BF16_ARTIFACT": work / f"{name}.bf16.so",
+             "ARTIFACT": work / f"{name}.so",
              "ONNX": work / f"{name}.onnx", "PT2": work / f"{name}.pt2",
              "VMFB": work / f"{name}.vmfb", "OUTPUT": work / f"{name}.{engine}.npy"}
     script = _LOAD_FEED + TIMERS[engine] + MEASURE.replace("RUNS", str(runs))
@@ -255,9 +269,12 @@ def bench_model(name: str, work: Path, engines: list[str], rounds: int, runs: in
             r[engine]["load_s"] for r in per_round)
         row.setdefault("accuracy", {})[engine] = accuracy(
             reference, np.load(work / f"{name}.{engine}.npy"))
-        if engine != "aotc" and "aotc" in ready:
+        if engine not in ("aotc", "aotc_bf16") and "aotc" in ready:
             row[f"aotc_vs_{engine}"] = statistics.median(
                 r["aotc"]["ms"] / r[engine]["ms"] for r in per_round)
+        if engine != "aotc_bf16" and "aotc_bf16" in ready:
+            row[f"aotc_bf16_vs_{engine}"] = statistics.median(
+                r["aotc_bf16"]["ms"] / r[engine]["ms"] for r in per_round)
     if "aotc" in ready:
         profile_json = work / f"{name}.profile.json"
         median_ms_in_subprocess(["import subprocess, sys; subprocess.run([sys.executable, '-m',"
@@ -302,14 +319,15 @@ def _plot(rows: list[dict], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    peers = [e for e in ENGINES[1:] if any(f"aotc_vs_{e}" in row for row in rows)]
-    fig, ax = plt.subplots(figsize=(11, 4.5))
-    width = 0.8 / max(len(peers), 1)
-    for i, engine in enumerate(peers):
-        xs = [j + (i - (len(peers) - 1) / 2) * width for j, row in enumerate(rows)
-              if f"aotc_vs_{engine}" in row]
-        ax.bar(xs, [row[f"aotc_vs_{engine}"] for row in rows if f"aotc_vs_{engine}" in row],
-               width, label=f"aotc / {engine}")
+    series = [f"aotc_vs_{e}" for e in ENGINES[2:]] + ["aotc_bf16_vs_openvino_default"]
+    series = [key for key in series if any(key in row for row in rows)]
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    width = 0.8 / max(len(series), 1)
+    for i, key in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j, row in enumerate(rows)
+              if key in row]
+        ax.bar(xs, [row[key] for row in rows if key in row], width,
+               label=key.replace("_vs_", " / "))
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), [row["model"] for row in rows], rotation=20)
     ax.set_ylabel("latency ratio (lower: aotc faster)")
@@ -324,9 +342,13 @@ def _format(row: dict) -> str:
     parts = [f"{row['model']:22s}"]
     if "aotc_ms" in row:
         parts.append(f"aotc {row['aotc_ms']:8.2f} ms")
-    for engine in ENGINES[1:]:
+    for engine in ENGINES[2:]:
         if f"aotc_vs_{engine}" in row:
             parts.append(f"/{engine} {row[f'aotc_vs_{engine}']:.2f}x")
+    if "aotc_bf16_ms" in row:
+        parts.append(f"| bf16 {row['aotc_bf16_ms']:.2f} ms")
+        if "aotc_bf16_vs_openvino_default" in row:
+            parts.append(f"/openvino_default {row['aotc_bf16_vs_openvino_default']:.2f}x")
     parts += [f"{e} failed" for e in row["errors"]]
     if row.get("slow_kernels"):
         parts.append(f"slow kernels: {', '.join(k['name'] for k in row['slow_kernels'])}")
