@@ -34,6 +34,18 @@ def test_split_deals_every_function_once_and_keeps_module_attributes():
     assert parallel_codegen.split(tvm.IRModule({}), 2) == []
 
 
+def test_a_model_without_kernels_builds(tmp_path):
+    """An Identity has no PrimFunc to compile: the VM returns its input."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])], "identity",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])])
+    path = tmp_path / "identity.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]),
+              path)
+    check_against_onnxruntime(path, tmp_path)
+
+
 def test_models_built_on_one_and_on_three_threads_match(tmp_path, monkeypatch):
     path = tmp_path / "tiny_cnn.onnx"
     onnx.save(tiny_cnn(), path)
