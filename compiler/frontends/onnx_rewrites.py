@@ -101,6 +101,41 @@ def dropout_at_inference(node, info):
                              value=numpy_helper.from_array(np.array([True])))]
 
 
+def conv_auto_pad(node, info):
+    """Conv with ``auto_pad`` SAME_UPPER, SAME_LOWER or VALID -> explicit ``pads``, by the
+    spec's formula (SAME: output = ceil(input / stride), the odd pixel of padding at the end
+    for SAME_UPPER, at the start for SAME_LOWER). TVM's converter pads such convs with a
+    kernel of its own, which the NHWC layout conversion cannot see through: transformers'
+    EfficientNet (76 SAME_UPPER convs) ran a transpose, a pad and a transpose back around
+    each. Needs the input's spatial dims and the kernel's size at compile time."""
+    attrs = node_attrs(node)
+    mode = attrs.get("auto_pad", b"NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("SAME_UPPER", "SAME_LOWER", "VALID"):
+        return None
+    shape, weight = info.shape(node.input[0]), info.shape(node.input[1])
+    if shape is None or weight is None:
+        return None
+    spatial = shape[2:]
+    kernel = list(attrs.get("kernel_shape") or weight[2:])
+    if None in spatial or None in kernel or len(kernel) != len(spatial):
+        return None
+    strides = list(attrs.get("strides") or [1] * len(spatial))
+    dilations = list(attrs.get("dilations") or [1] * len(spatial))
+    begins, ends = [], []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        total = 0 if mode == "VALID" else \
+            max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small, large = total // 2, total - total // 2
+        begins.append(small if mode != "SAME_LOWER" else large)
+        ends.append(total - begins[-1])
+    kept = [a for a in node.attribute if a.name not in ("auto_pad", "pads")]
+    conv = helper.make_node("Conv", list(node.input), list(node.output), name=node.name,
+                            pads=begins + ends)
+    conv.attribute.extend(kept)
+    return [conv]
+
+
 def isinf_directions(node, info):
     attrs = node_attrs(node)
     negative, positive = attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
@@ -448,6 +483,7 @@ REWRITES: dict[str, Rewrite] = {
     "Mod": float_mod_by_infinity,
     "LayerNormalization": layer_norm_stats,
     "Dropout": dropout_at_inference,
+    "Conv": conv_auto_pad,
     "IsInf": isinf_directions,
     "Mish": stable_mish,
     "Softplus": stable_softplus,
