@@ -70,18 +70,17 @@ def _precision_report(imported, spec, output, options, say) -> dict:
     ``<output>.precision.json``; not measured where the target does not run here."""
     import dataclasses
     import json
-    import platform
     import tempfile
 
     from aotc.atomic import write_bytes
     from aotc.compiler import build
-    from aotc.compiler.quantize.report import output_errors
+    from aotc.compiler.quantize.driver import host_twin
+    from aotc.compiler.quantize.report import output_errors, output_lines
     from aotc.runtime import load
     from aotc.runtime.inputs import random_inputs
     from aotc.targets import runs_here
 
-    why = runs_here(spec) or (None if spec.arch == platform.machine() and
-                              spec.runtime_device == "cpu" else "not this machine's CPU")
+    why = runs_here(spec) or (None if host_twin(spec) is spec else "not this machine's CPU")
     if why is not None:
         return {"precision": options.precision, "measured": False,
                 "table": f"{options.precision} accuracy: not measured ({spec.name}: {why})"}
@@ -102,12 +101,8 @@ def _precision_report(imported, spec, output, options, say) -> dict:
                 results.append([outputs[n] for n in names])
     report = {"precision": options.precision, "measured": True, "samples": len(samples),
               "evaluated_on": "random inputs", "outputs": output_errors(names, reference, reduced)}
-    lines = [f"{options.precision} accuracy against float32 on {len(samples)} random inputs:"]
-    for row in report["outputs"]:
-        top1 = (f", argmax agreement {row['top1_agreement']:.1%} (top-1, for a classifier)"
-                if "top1_agreement" in row else "")
-        lines.append(f"  {row['output']}: max |diff| {row['max_abs_error']:.4g}, cosine "
-                     f"{row['cosine']:.5f}{top1}")
+    lines = [f"{options.precision} accuracy against float32 on {len(samples)} random inputs:",
+             *output_lines(report["outputs"])]
     path = Path(f"{output}.precision.json")
     write_bytes(path, json.dumps(report, indent=1).encode())
     return {**report, "table": "\n".join(lines), "path": str(path)}

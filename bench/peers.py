@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import bench_all, median_ms_in_subprocess  # noqa: E402
+from bench_models import bench_all  # noqa: E402
 
 MODELS = ("resnet50,mobilenetv3_large,efficientnet_b0,convnext_t,vit_b16,bert_base,gpt2,"
           "whisper_base_encoder")
@@ -277,11 +277,8 @@ def bench_model(name: str, work: Path, engines: list[str], rounds: int, runs: in
                 r["aotc_bf16"]["ms"] / r[engine]["ms"] for r in per_round)
     if "aotc" in ready:
         profile_json = work / f"{name}.profile.json"
-        median_ms_in_subprocess(["import subprocess, sys; subprocess.run([sys.executable, '-m',"
-                                 f" 'aotc.cli', 'profile', {str(work / (name + '.so'))!r},"
-                                 f" '--runs', '5', '--json', {str(profile_json)!r}],"
-                                 " check=True, capture_output=True); print(0)"],
-                                f"aotc profile on {name}")
+        _wall([sys.executable, "-m", "aotc.cli", "profile", str(work / f"{name}.so"), "--runs",
+               "5", "--json", str(profile_json)], f"aotc profile on {name}")
         row["slow_kernels"] = slow_kernels(json.loads(profile_json.read_text()))
     return row
 

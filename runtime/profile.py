@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -44,7 +43,6 @@ class KernelTiming:
     flops: int | None
     note: str = ""
     bytes: int | None = None  # of every argument together: flops / bytes says compute-bound
-
 
     @property
     def total_ms(self) -> float:
@@ -124,7 +122,7 @@ def _time_kernel(model: Model, entry: dict, repeats: int, sizes: dict) -> Kernel
         timing.note = "not found in the library"
         return timing
     try:
-        timing.bytes = sum(int(np.prod(value)) * _bits(arg["dtype"]) // 8
+        timing.bytes = sum(int(np.prod(value)) * _bits(model.ffi, arg["dtype"]) // 8
                            for value, arg in zip(shapes, entry["args"])
                            if not isinstance(value, int))
         args = [value if isinstance(value, int) else
@@ -200,12 +198,10 @@ def _synthetic(shape: list[int], dtype: str) -> np.ndarray:
     return aligned(np.zeros(shape, dtype="bool" if dtype == "bool" else dtype))
 
 
-def _bits(dtype: str) -> int:
+def _bits(ffi, dtype: str) -> int:
     """Bits per element of a TVM dtype string ("float32", "int4", "bool", "float32x4")."""
-    match = re.fullmatch(r"[a-z]+(\d+)(?:_\w+?)?(?:x(\d+))?", dtype)
-    if not match:
-        return 8
-    return int(match.group(1)) * int(match.group(2) or 1)
+    parsed = ffi.dtype(dtype)
+    return parsed.bits * parsed.lanes
 
 
 def _float_dtype(dtype: str):

@@ -35,8 +35,8 @@ NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
 def fold_constants(model: onnx.ModelProto, info: GraphInfo, in_place: bool = False
                    ) -> tuple[onnx.ModelProto, int]:
     """``model`` with foldable nodes replaced by Constant nodes; returns (model, n). A copy,
-    unless ``in_place`` (copying a model copies its weights: a second per round, for
-    BERT-base, on this kind of host)."""
+    unless ``in_place`` (copying a model copies all its weights, in every round); ``model``
+    itself when nothing folds."""
     # folded values over the graph's own constants (read from GraphInfo as they are needed)
     known = ChainMap({}, info.constants)
     nodes, folded = [], 0

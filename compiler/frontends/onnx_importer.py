@@ -93,7 +93,8 @@ class _ShapedNodes(dict):
         ty = getattr(value, "ty", None)
         if isinstance(value, relax.Var) and isinstance(ty, relax.TensorType) and \
                 ty.shape is None and ty.ndim >= 0:
-            dims = [tvm.tirx.Var(f"{name_hint(name, 24, 'dim')}_{k}", "int64") for k in range(ty.ndim)]
+            hint = name_hint(name, 24, "dim")
+            dims = [tvm.tirx.Var(f"{hint}_{k}", "int64") for k in range(ty.ndim)]
             value = self.bb.match_cast(value, relax.TensorType(dims, ty.dtype))
         super().__setitem__(name, value)
 

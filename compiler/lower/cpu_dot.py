@@ -53,11 +53,10 @@ _MAX_ROWS, _MAX_CHANNEL_BLOCKS = 16, 4
 # ran 16x slower.)
 STACK_TILE_ACCUMULATORS = 15
 SHORT_REDUCTION = 256
-# Rows of a float32 matmul's register tile, at most: each row of the tile reads its own row of
-# the activation, K floats apart from the next, and past a few such streams per tile the
-# reduction ran from cache misses (a 15x2 tile of a 1500x2048 @ 2048x512 matmul at 139
-# GFLOP/s, 4x4 at 214; shorter reductions and fewer rows gained 1-7%: 1500x512 @ 512x2048,
-# 128x3072 @ 3072x768; 2 threads, aotc profile, AMD Zen 4).
+# Rows of a float32 or bf16 matmul's register tile, at most: each row of the tile reads its own
+# row of the activation, K elements apart from the next, and past a few such streams per tile
+# the reduction waits on cache misses (a 15-row tile of a K=2048 matmul ran at two thirds of
+# a 4-row one's rate). A conv's tile rows are neighbouring pixels and keep deeper tiles.
 MATMUL_TILE_ROWS = 4
 
 
@@ -100,26 +99,31 @@ def pixels_first(sch, block, fmt: DotFormat) -> bool:
     return _weight_bytes(sch, block, fmt) <= _PIXELS_FIRST_WEIGHT_BYTES
 
 
-def _weight_bytes(sch, block, fmt: DotFormat) -> int:
-    """Bytes of the packed weight the reduction block reads (shape [..., lanes, group])."""
+def _packed_weight(sch, block, fmt: DotFormat):
+    """The packed weight buffer the reduction block reads (static shape [..., lanes, group]),
+    or None."""
     for region in sch.get(block).reads:
         if not all(isinstance(d, tirx.IntImm) for d in region.source.shape):
             continue  # the activation, of a symbolic row count
         shape = [int(d) for d in region.source.shape]
         if len(shape) >= 3 and shape[-2:] == [fmt.lanes, fmt.group]:
-            return math.prod(shape) * region.source.dtype.bits // 8
-    return 0
+            return region.source
+    return None
+
+
+def _weight_bytes(sch, block, fmt: DotFormat) -> int:
+    """Bytes of the packed weight the reduction block reads."""
+    weight = _packed_weight(sch, block, fmt)
+    if weight is None:
+        return 0
+    return math.prod(int(d) for d in weight.shape) * weight.dtype.bits // 8
 
 
 def _packed_matmul(sch, block, fmt: DotFormat) -> bool:
     """Whether the reduction block reads a packed matmul weight ([N/L, K/G, L, G]; a conv's
     is [OC/L, KH, KW, IC/G, L, G], a Winograd product's [positions, N/L, K, L, 1])."""
-    for region in sch.get(block).reads:
-        shape = region.source.shape
-        if (len(shape) == 4 and all(isinstance(d, tirx.IntImm) for d in shape)
-                and [int(d) for d in shape[-2:]] == [fmt.lanes, fmt.group]):
-            return True
-    return False
+    weight = _packed_weight(sch, block, fmt)
+    return weight is not None and len(weight.shape) == 4
 
 
 def _inline_side_input(sch, producer, main) -> bool:
@@ -154,8 +158,8 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
     """(rows R, channel blocks V) of the register tile: the most accumulators R*V that leave
     V registers for the weight vectors (R*V + V <= ``registers``; the activation broadcasts
     fold into the multiply-adds' memory operands), with V up to 4 blocks of channels and R up
-    to ``max_rows`` (16) rows, each dividing its axis; R*V at most ``accumulators`` when given (guarded
-    taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block (with
+    to ``max_rows`` (16) rows, each dividing its axis; R*V at most ``accumulators`` when given
+    (guarded taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block (with
     one, every broadcast feeds a single multiply-add: UNet's 128-wide 3x3 convs ran 16x1
     3.55 / 3.26 ms, 8x2 3.43 / 3.05), then to more rows (each weight vector is then reused
     more).

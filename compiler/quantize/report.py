@@ -42,6 +42,17 @@ def output_errors(names: list[str], reference: list[list[np.ndarray]],
     return rows
 
 
+def output_lines(rows: list[dict]) -> list[str]:
+    """output_errors' rows as lines of a report table."""
+    lines = []
+    for row in rows:
+        top1 = (f", argmax agreement {row['top1_agreement']:.1%} (top-1, for a classifier)"
+                if "top1_agreement" in row else "")
+        lines.append(f"  {row['output']}: max |diff| {row['max_abs_error']:.4g}, cosine "
+                     f"{row['cosine']:.5f}{top1}")
+    return lines
+
+
 def layer_errors(run: CalibrationRun, sites: list[Site], ranges: dict, samples: list[dict],
                  owner_of: dict[str, str]) -> list[dict]:
     """Per int8 layer, worst activation SQNR first."""
@@ -74,11 +85,7 @@ def table(report: dict) -> str:
         if report["calibrated_layers"] else "")
     lines = [f"{report['mode']} accuracy on {report['samples']} {report['evaluated_on']} "
              f"(activation ranges: {ranges}):"]
-    for row in report["outputs"]:
-        top1 = (f", argmax agreement {row['top1_agreement']:.1%} (top-1, for a classifier)"
-                if "top1_agreement" in row else "")
-        lines.append(f"  {row['output']}: max |diff| {row['max_abs_error']:.4g}, cosine "
-                     f"{row['cosine']:.5f}{top1}")
+    lines += output_lines(report["outputs"])
     lines.append(f"  {report['int8_layers']} int8 layers; float32: "
                  + (", ".join(f"{k} ({v})" for k, v in report["float32_layers"].items())
                     or "none"))
