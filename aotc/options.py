@@ -85,7 +85,11 @@ class CompileOptions:
         (then folded: an ``If`` on it keeps one branch) and leaves the signature.
     buckets: symbolic dim name -> sizes (``--buckets seq=16,32,64``): kernels specialized for
         each size (each combination, for several dims) join the library; a call runs in the
-        smallest bucket that fits, its inputs padded (compiler/buckets.py)."""
+        smallest bucket that fits, its inputs padded (compiler/buckets.py).
+    kv_capacity: for a decoder exported with past keys and values, the tokens (prompt and
+        generated) its KV cache holds, rounded up to a multiple of 16: ``prefill`` and
+        ``decode`` entries that keep the cache in place join the library
+        (compiler/kv_cache.py). None: the model as exported only."""
 
     opt_level: int = 3
     disabled_passes: tuple[str, ...] = ()
@@ -98,12 +102,15 @@ class CompileOptions:
     dim_ranges: dict = field(default_factory=dict, compare=False)
     bound_inputs: dict = field(default_factory=dict, compare=False)
     buckets: dict = field(default_factory=dict, compare=False)
+    kv_capacity: int | None = None
 
     def __post_init__(self):
         if self.opt_level not in OPT_LEVELS:
             raise ValueError(f"opt_level must be one of {OPT_LEVELS}, got {self.opt_level!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.kv_capacity is not None and self.kv_capacity < 2:
+            raise ValueError(f"kv_capacity must be at least 2 tokens, got {self.kv_capacity}")
         object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))
         if self.dump_ir is not None:
             object.__setattr__(self, "dump_ir", Path(self.dump_ir))

@@ -16,12 +16,12 @@ from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 
 from aotc.atomic import copy_into_place
 from aotc.runtime import artifact
-from aotc.errors import TargetError
+from aotc.errors import CompileError, TargetError
 from aotc.targets import TargetSpec, runs_here
 
 from aotc.options import CompileOptions
 
-from . import buckets, cuda_codegen, parallel_codegen
+from . import buckets, cuda_codegen, kv_cache, parallel_codegen
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import kernel_table
@@ -84,9 +84,14 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     explanation = Explanation() if options.explain else None
     mod = in_phase("optimize", lambda: run_phases(model.mod, spec, target, options,
                                                lambda p: say(f"phase {p}"), explanation))
-    bucket_table = None
+    bucket_table = generation = None
+    if options.buckets and options.kv_capacity:
+        raise CompileError("--buckets and --kv-capacity do not combine: a decoder's decode "
+                           "entry is already static")
     if options.buckets:
         mod, bucket_table = _add_buckets(model, mod, spec, target, options, say)
+    if options.kv_capacity:
+        mod, generation = _add_kv_cache(model, mod, spec, target, options, say)
     in_phase("runtime check", lambda: check_runtime_only(mod))
     say("phase codegen (LLVM)")
     codegen_start = time.perf_counter()
@@ -116,6 +121,12 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     metadata["tuning"] = tuning_share(mod, metadata["kernels"])
     if options.int8_ranges:
         metadata["quantization"] = {"mode": "int8", "layers": sorted(options.int8_ranges)}
+    if generation is not None:
+        metadata["generation"] = generation
+        if spec.runtime_device == "cpu" and runs_here(spec) is None:
+            say("checking the KV-cache entries against the model")
+            in_phase("kv cache", lambda: kv_cache.verify(executable, model.signature,
+                                                         generation))
     if bucket_table is not None:
         if spec.runtime_device == "cpu" and runs_here(spec) is None:
             say("timing the buckets against the symbolic entry")
@@ -157,6 +168,22 @@ def _add_buckets(model: ImportedModel, mod, spec: TargetSpec, target, options: C
         key = ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
         table["entries"][key], table["sizes"][key] = name, sizes
     return in_phase("buckets", lambda: buckets.merge(modules)), table
+
+
+def _add_kv_cache(model: ImportedModel, mod, spec: TargetSpec, target,
+                  options: CompileOptions, say: Progress):
+    """The module merged with the optimized prefill and decode entries (compiler/kv_cache);
+    returns (module, the generation table the runtime reads)."""
+    capacity = kv_cache.round_capacity(options.kv_capacity)
+    roles = kv_cache.find_roles(model.mod, model.signature, model.source)
+    modules = {"": mod}
+    for name, entry in kv_cache.entries(model.mod, model.signature, roles, capacity).items():
+        say(f"KV-cache entry {name} (capacity {capacity})")
+        modules["_" + name] = in_phase("optimize", lambda m=entry: run_phases(
+            m, spec, target, options))
+    generation = kv_cache.table(model.signature, roles, capacity)
+    generation["entries"] = {name: "main_" + name for name in ("prefill", "decode")}
+    return in_phase("kv cache", lambda: buckets.merge(modules)), generation
 
 
 def _export(executable, output: Path, metadata: dict, fcompile=None) -> None:

@@ -21,7 +21,7 @@ from .buffers import TVM_ALIGNMENT, aligned_empty
 from .exotic_dtypes import to_numpy, to_tvm
 from . import loops
 from .signature import ModelSignature, TensorSpec
-from . import forks
+from . import forks, generate
 from .parallelism import Parallelism
 from .thread_placement import PLACEMENT
 
@@ -140,24 +140,9 @@ class Model:
     def _run_entry(self, name: str, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         specs = list(self.signature.outputs)
         with self._lock:
-            if name not in self._entries:
-                self._entries[name] = self._vm[name]
-            function = self._entries[name]
-            try:
-                tensors = [to_tvm(self._ffi, self._staging.aligned(i, a))
-                           for i, a in enumerate(arrays)]
-                if not self.device.is_host:
-                    tensors = [self.device.upload(t) for t in tensors]
-                result = forks.run(lambda: self._parallelism.run(
-                    lambda: function(*tensors),
-                    pool_work=lambda: PLACEMENT.run(lambda: function(*tensors))))
-            except (RuntimeError, IndexError, ValueError, TypeError) as err:
-                # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
-                raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "
-                                    f"{meaningful_line(err)}") from None
-            outputs = list(result) if not hasattr(result, "__dlpack__") else [result]
-            if not self.device.is_host:
-                outputs = [self.device.download(o) for o in outputs]
+            tensors = [to_tvm(self._ffi, self._staging.aligned(i, a))
+                       for i, a in enumerate(arrays)]
+            outputs = self._call_unlocked(name, tensors)
             names = [o.name for o in specs] + [f"output{i}" for i in range(len(specs),
                                                                            len(outputs))]
             wants = [o.dtype for o in specs] + [None] * (len(outputs) - len(specs))
@@ -165,6 +150,54 @@ class Model:
             # the next run overwrites
             return {name: self._staging.detached(to_numpy(self._ffi, out, want))
                     for name, out, want in zip(names, outputs, wants)}
+
+    def call_entry(self, name: str, tensors: list) -> list:
+        """Run entry ``name`` of the library on runtime tensors (``tensor``); its outputs as
+        runtime tensors, on the host. No signature check: for callers that built the
+        arguments from the library's metadata (generation with a KV cache)."""
+        with self._lock:
+            return self._call_unlocked(name, tensors)
+
+    def tensor(self, array: np.ndarray):
+        """A runtime tensor holding a 64-byte-aligned copy of ``array``."""
+        buffer = aligned_empty(array.shape, array.dtype)
+        np.copyto(buffer, array)
+        return to_tvm(self._ffi, buffer)
+
+    def generate(self, prompt, new_tokens: int, stop: int | None = None):
+        """Greedy generation through the library's KV-cache entries (a decoder compiled with
+        ``kv_capacity``): ``prompt`` token ids in, a ``Generation`` (the new tokens, time to
+        the first, per-token decode times) out. Each call starts a new sequence."""
+        return generate.greedy(self.cache_session(), prompt, new_tokens, stop)
+
+    def cache_session(self):
+        """A sequence's caches, allocated once at the library's capacity, for stepping by
+        hand (``prefill``, then ``decode`` token by token)."""
+        table = self.metadata.get("generation")
+        if table is None:
+            raise ModelRunError(f"{self.path.name}: compiled without a KV cache; compile the "
+                                "decoder with --kv-capacity N to generate")
+        return generate.CacheSession(table, self.call_entry, self.tensor,
+                                     lambda t: to_numpy(self._ffi, t))
+
+    def _call_unlocked(self, name: str, tensors: list) -> list:
+        if name not in self._entries:
+            self._entries[name] = self._vm[name]
+        function = self._entries[name]
+        try:
+            if not self.device.is_host:
+                tensors = [self.device.upload(t) for t in tensors]
+            result = forks.run(lambda: self._parallelism.run(
+                lambda: function(*tensors),
+                pool_work=lambda: PLACEMENT.run(lambda: function(*tensors))))
+        except (RuntimeError, IndexError, ValueError, TypeError) as err:
+            # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
+            raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "
+                                f"{meaningful_line(err)}") from None
+        outputs = list(result) if not hasattr(result, "__dlpack__") else [result]
+        if not self.device.is_host:
+            outputs = [self.device.download(o) for o in outputs]
+        return outputs
 
 
 class InputStaging:

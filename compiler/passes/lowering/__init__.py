@@ -17,6 +17,7 @@ from ..step import REQUIRED, Step, enabled
 from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32
 from .materialize_empty_constants import MaterializeEmptyConstants
+from .scalar_kernels_apart import ScalarKernelsApart
 from .self_contained_kernels import SelfContainedKernels
 
 # Not a pass of its own: the float32 exp/erf/tanh/sigmoid entries of LegalizeOps' map.
@@ -37,11 +38,14 @@ def steps(options: CompileOptions) -> list[Step]:
             Step(relax.backend.DispatchSortScan(), REQUIRED, "codegen cannot emit sort/scan ops"),
             Step(relax.transform.LegalizeOps(legalize_map), REQUIRED, "ops become kernels here"),
             Step(relax.transform.AnnotateTIROpPattern(), REQUIRED, "fusion reads the patterns"),
+            Step(ScalarKernelsApart(), REQUIRED, "FuseTIR fails on shape kernels fused with "
+                 "their consumers"),
             Step(relax.transform.FoldConstant(), 1),
             Step(relax.transform.FuseOps(), 1),
             Step(relax.transform.FuseTIR(), 1)]
 
 
-__all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "SelfContainedKernels",
+__all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "ScalarKernelsApart",
+           "SelfContainedKernels",
            "VECTOR_MATH_LEVEL",
            "VECTOR_MATH_NAME", "steps"]
