@@ -134,6 +134,10 @@ PRECISION_OPTION = click.option(
               help="Also build kernels specialized for these sizes of a symbolic dim; a call "
                    "runs in the smallest that fits, its inputs padded with zeros (for models "
                    "that mask padding: checked when compiling) (repeatable).")
+@click.option("--kv-capacity", "kv_capacity", type=click.IntRange(2), metavar="TOKENS",
+              help="For a decoder exported with past keys and values: add prefill and decode "
+                   "entries that keep a KV cache of this many tokens (prompt and generated) in "
+                   "place; `aotc run --generate N` and Model.generate use them.")
 @click.option("--bind", "bind", multiple=True, metavar="NAME=V[,V...]",
               help="Make an input a constant of the model (then folded: an If on it keeps "
                    "one branch); it leaves the signature (repeatable).")
@@ -152,9 +156,9 @@ PRECISION_OPTION = click.option(
 @PRECISION_OPTION
 @quantize_options
 @_guard
-def compile_cmd(model, target, output, input_shape, input_range, buckets, bind, dump_ir,
-                opt_level, disabled, explain, tuning_logs, no_shipped, trust_pickle, precision,
-                **quantize):
+def compile_cmd(model, target, output, input_shape, input_range, buckets, kv_capacity, bind,
+                dump_ir, opt_level, disabled, explain, tuning_logs, no_shipped, trust_pickle,
+                precision, **quantize):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import (parse_bind, parse_buckets, parse_input_range,
@@ -166,7 +170,8 @@ def compile_cmd(model, target, output, input_shape, input_range, buckets, bind, 
                              dump_ir=dump_ir, precision=precision, trust_pickle=trust_pickle,
                              dim_ranges=dict(parse_input_range(r) for r in input_range),
                              bound_inputs=dict(parse_bind(b) for b in bind),
-                             buckets=dict(parse_buckets(b) for b in buckets))
+                             buckets=dict(parse_buckets(b) for b in buckets),
+                             kv_capacity=kv_capacity)
     int8 = _quantize_options(**quantize)
     start = time.perf_counter()
     meta = compile_model(model, target, output, input_shapes=shapes, options=options,
@@ -304,15 +309,26 @@ def tune_report_cmd(log, out_dir):
 @click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
 @click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Write outputs as .npy.")
+@click.option("--generate", "generate", type=click.IntRange(1), metavar="N",
+              help="A decoder compiled with --kv-capacity: greedily generate N tokens after "
+                   "the prompt (--prompt, or random token ids) and print them with the time to "
+                   "the first token and the decode rate.")
+@click.option("--prompt", metavar="ID,ID,...|LENGTH", default="16", show_default=True,
+              help="With --generate: the prompt's token ids, or a length for random ids.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False),
+              help="With --generate: write the tokens and timings as JSON.")
 @_guard
-def run_cmd(artifact, inputs, output_dir):
-    """Run a compiled model once (random inputs unless --input is given)."""
+def run_cmd(artifact, inputs, output_dir, generate, prompt, json_out):
+    """Run a compiled model once (random inputs unless --input is given), or generate."""
     import numpy as np
 
     from aotc.runtime import load
     from aotc.runtime.inputs import load_npy_inputs, npy_file_name, random_inputs
 
     model = load(artifact)
+    if generate:
+        _generate(model, generate, prompt, json_out)
+        return
     feed = load_npy_inputs(inputs) if inputs else random_inputs(model.signature)
     outputs = model.run(feed)
     for name, value in outputs.items():
@@ -323,6 +339,51 @@ def run_cmd(artifact, inputs, output_dir):
             np_path = Path(output_dir) / npy_file_name(name)
             np.save(np_path, value)
             click.echo(f"  -> {np_path}")
+
+
+def _generate(model, new_tokens: int, prompt: str, json_out: str | None) -> None:
+    import json
+
+    from aotc.atomic import write_bytes
+
+    ids = _prompt_ids(model, prompt)
+    result = model.generate(ids, new_tokens)
+    report = result.to_json()
+    click.echo(f"prompt ({len(ids)} tokens): {' '.join(str(int(t)) for t in ids)}")
+    click.echo(f"generated ({len(result.tokens)} tokens): "
+               f"{' '.join(str(t) for t in result.tokens)}")
+    median = report["decode_ms_median"]
+    click.echo(f"first token {report['first_token_ms']:.1f} ms; "
+               + (f"then {report['tokens_per_second']:.1f} tokens/s "
+                  f"(median {median:.2f} ms a token)" if median else "no later tokens"))
+    if json_out:
+        write_bytes(Path(json_out), json.dumps({**report, "prompt": [int(t) for t in ids]},
+                                               indent=1).encode())
+
+
+def _prompt_ids(model, prompt: str):
+    import numpy as np
+    parts = [p for p in prompt.split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise click.UsageError(f"--prompt {prompt!r}: token ids (1,2,3) or a length") from None
+    if len(values) == 1 and "," not in prompt:
+        if values[0] < 1:
+            raise click.UsageError("--prompt: a length of at least 1")
+        vocabulary = _vocabulary(model)
+        return np.random.default_rng(0).integers(0, vocabulary, values[0])
+    return np.array(values, dtype="int64")
+
+
+def _vocabulary(model) -> int:
+    table = model.metadata.get("generation")
+    if table is None:
+        raise click.UsageError(f"{model.path.name} was compiled without --kv-capacity: it "
+                               "cannot generate")
+    logits = next(o for o in model.signature.outputs if o.name == table["logits"])
+    size = logits.shape[-1]
+    return size if isinstance(size, int) else 2
 
 
 @main.command("bench")

@@ -123,10 +123,6 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         metadata["quantization"] = {"mode": "int8", "layers": sorted(options.int8_ranges)}
     if generation is not None:
         metadata["generation"] = generation
-        if spec.runtime_device == "cpu" and runs_here(spec) is None:
-            say("checking the KV-cache entries against the model")
-            in_phase("kv cache", lambda: kv_cache.verify(executable, model.signature,
-                                                         generation))
     if bucket_table is not None:
         if spec.runtime_device == "cpu" and runs_here(spec) is None:
             say("timing the buckets against the symbolic entry")
@@ -140,6 +136,13 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         say("checking the buckets' padding")
         try:
             buckets.verify_padding(output, model.signature, bucket_table)
+        except Exception:
+            Path(output).unlink(missing_ok=True)  # a library that would answer wrongly
+            raise
+    if generation is not None and spec.runtime_device == "cpu" and runs_here(spec) is None:
+        say("checking the KV-cache entries against the model")
+        try:
+            in_phase("kv cache", lambda: kv_cache.verify(output, model.signature, generation))
         except Exception:
             Path(output).unlink(missing_ok=True)  # a library that would answer wrongly
             raise

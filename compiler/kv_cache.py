@@ -314,49 +314,38 @@ def table(signature: ModelSignature, roles: Roles, capacity: int) -> dict:
     logits = next(o.name for o in signature.outputs
                   if o.name not in {present for _, present in roles.caches})
     return {"capacity": capacity, "inputs": [spec.name for spec in signature.inputs],
+            "past_dim": roles.past,
             "ids": roles.ids, "mask": roles.mask,
             "positions": roles.positions, "caches": caches, "axis": roles.axis,
             "logits": logits, "entries": {"prefill": "prefill", "decode": "decode"}}
 
 
-def verify(executable, signature: ModelSignature, generation: dict, rtol=1e-3,
-           atol=1e-4) -> None:
-    """Prefill 5 tokens and decode 2 against ``main`` (past tensors of the real lengths);
-    refuse the library when their logits differ."""
-    from aotc.runtime import loops  # pylint: disable=import-outside-toplevel
-    from aotc.runtime._tvm_runtime import tvm_ffi  # pylint: disable=import-outside-toplevel
-    loops.register(tvm_ffi())
-    vm = relax.VirtualMachine(executable, tvm.cpu())
+def verify(path, signature: ModelSignature, generation: dict, rtol=1e-3, atol=1e-4) -> None:
+    """Prefill 5 tokens and decode 2 with the library at ``path`` against its ``main`` (past
+    tensors of the real lengths); refuse the library when their logits differ."""
+    from aotc.runtime import load  # pylint: disable=import-outside-toplevel
+    model = load(path)
     rng = np.random.default_rng(0)
     vocabulary = next(o.shape[-1] for o in signature.outputs
                       if o.name == generation["logits"])
-    vocabulary = vocabulary if isinstance(vocabulary, int) else 100
-    tokens = rng.integers(0, vocabulary, 7)
+    tokens = rng.integers(0, vocabulary if isinstance(vocabulary, int) else 2, 7)
     prompt = 5
-    from aotc.runtime.generate import CacheSession  # pylint: disable=import-outside-toplevel
-    session = CacheSession(generation, lambda name, args: vm[name](*args),
-                           lambda a: tvm.runtime.tensor(a), lambda t: t.numpy())
-    got = [session.prefill(tokens[:prompt])]
-    got += [session.decode(int(t)) for t in tokens[prompt:]]
-    names = [spec.name for spec in signature.inputs]
+    got = model.generation_logits(tokens, prompt)
     past = {c["input"]: np.zeros([0 if k == generation["axis"] else d
                                   for k, d in enumerate(c["shape"])], c["dtype"])
             for c in generation["caches"]}
-    outputs = [o.name for o in signature.outputs]
     start = 0
-    for step, (stop, want_row) in enumerate(((prompt, got[0]), (prompt + 1, got[1]),
-                                             (prompt + 2, got[2]))):
+    for step, stop in enumerate((prompt, prompt + 1, prompt + 2)):
         feed = {generation["ids"]: tokens[None, start:stop].astype("int64"),
                 generation["mask"]: np.ones((1, stop), "int64"), **past}
         if generation["positions"]:
             feed[generation["positions"]] = np.arange(start, stop, dtype="int64")[None]
-        result = vm["main"](*[tvm.runtime.tensor(feed[n]) for n in names])
-        values = dict(zip(outputs, [r.numpy() for r in result]))
+        values = model.run(feed, entry="main")
         want = values[generation["logits"]][0, -1]
-        if not np.allclose(want_row, want, rtol=rtol, atol=atol):
+        if not np.allclose(got[step], want, rtol=rtol, atol=atol):
             raise UnsupportedModelError(
                 f"KV cache: step {step}'s logits from the cache entries differ from the "
-                f"model's own ({float(np.abs(want_row - want).max()):.3g} apart); the export "
+                f"model's own ({float(np.abs(got[step] - want).max()):.3g} apart); the export "
                 "may derive positions from the past length or ignore the attention mask: "
                 "export position_ids as an input")
         past = {c["input"]: values[c["output"]] for c in generation["caches"]}

@@ -96,7 +96,9 @@ class Model:
         """Run once; returns {output name: array}. A library built with buckets runs the
         smallest bucket that fits (inputs padded, outputs cropped) where that pays;
         ``entry`` forces an entry: ``"main"`` (the symbolic one) or a bucket's."""
-        arrays, bound = check_inputs(self.signature, inputs)
+        empty_ok = {self.metadata["generation"]["past_dim"]} if "generation" in self.metadata \
+            else set()
+        arrays, bound = check_inputs(self.signature, inputs, empty_ok)
         name, sizes = self._bucket_for(bound) if entry is None else self._entry(entry, bound)
         if not sizes:
             return self._run_entry(name, arrays)
@@ -160,6 +162,8 @@ class Model:
 
     def tensor(self, array: np.ndarray):
         """A runtime tensor holding a 64-byte-aligned copy of ``array``."""
+        if array.size == 0:
+            return to_tvm(self._ffi, _compact_empty(array))
         buffer = aligned_empty(array.shape, array.dtype)
         np.copyto(buffer, array)
         return to_tvm(self._ffi, buffer)
@@ -169,6 +173,16 @@ class Model:
         ``kv_capacity``): ``prompt`` token ids in, a ``Generation`` (the new tokens, time to
         the first, per-token decode times) out. Each call starts a new sequence."""
         return generate.greedy(self.cache_session(), prompt, new_tokens, stop)
+
+    def generation_logits(self, tokens, prompt_length: int) -> np.ndarray:
+        """Teacher-forced: prefill ``tokens[:prompt_length]``, then decode each later token;
+        the logits after each step, one row per step (for checking a library against
+        another engine token by token)."""
+        tokens = np.asarray(tokens, dtype="int64").reshape(-1)
+        session = self.cache_session()
+        rows = [session.prefill(tokens[:prompt_length])]
+        rows += [session.decode(int(t)) for t in tokens[prompt_length:]]
+        return np.stack(rows)
 
     def cache_session(self):
         """A sequence's caches, allocated once at the library's capacity, for stepping by
@@ -262,11 +276,12 @@ def _load_by_content(ffi, path: Path, digest: str):
         link.unlink(missing_ok=True)  # the mapping stays; the name is no longer needed
 
 
-def check_inputs(signature: ModelSignature, inputs: dict
+def check_inputs(signature: ModelSignature, inputs: dict, empty_ok: set[str] = frozenset()
                  ) -> tuple[list[np.ndarray], dict[str, int]]:
     """Inputs in signature order, contiguous and native (not necessarily 64-byte aligned:
     InputStaging sees to that), and the size each symbolic dim took; any mismatch raises with
-    expected vs. got."""
+    expected vs. got. Symbolic dims are at least 1, but those in ``empty_ok`` (a decoder's
+    past length: 0 before the first token) may be 0."""
     expected = signature.input_names()
     missing = [n for n in expected if n not in inputs]
     unknown = [n for n in inputs if n not in expected]
@@ -274,7 +289,7 @@ def check_inputs(signature: ModelSignature, inputs: dict
         raise InputMismatchError(f"inputs do not match the model: missing {missing}, unknown "
                                  f"{unknown}; expected {expected}")
     bound: dict[str, int] = {}
-    arrays = [_check_one(spec, inputs[spec.name], bound) for spec in signature.inputs]
+    arrays = [_check_one(spec, inputs[spec.name], bound, empty_ok) for spec in signature.inputs]
     for dim, (low, high) in signature.dim_ranges.items():
         if dim in bound and not low <= bound[dim] <= high:
             raise InputMismatchError(f"dim {dim!r} is {bound[dim]}; this model takes "
@@ -298,13 +313,15 @@ def _crop(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int],
     return np.ascontiguousarray(array[cut])
 
 
-def _check_one(spec: TensorSpec, value, bound: dict[str, int]) -> np.ndarray:
+def _check_one(spec: TensorSpec, value, bound: dict[str, int], empty_ok=frozenset()
+               ) -> np.ndarray:
     value = _as_array(spec, value)
     if value.dtype.name != spec.dtype:  # .name: big-endian float32 is still "float32"
         raise InputMismatchError(f"input {spec.name!r}: expected dtype {spec.dtype}, got "
                                  f"{value.dtype.name}")
     if value.ndim != len(spec.shape) or not all(
-            _dim_matches(want, got, bound) for want, got in zip(spec.shape, value.shape)):
+            _dim_matches(want, got, bound, empty_ok)
+            for want, got in zip(spec.shape, value.shape)):
         raise InputMismatchError(f"input {spec.name!r}: expected shape "
                                  f"{list(spec.shape)}, got {list(value.shape)}")
     return _native_writable(value)
@@ -350,7 +367,7 @@ def _compact_empty(value: np.ndarray) -> np.ndarray:
                       strides=tuple(strides))
 
 
-def _dim_matches(want, got: int, bound: dict[str, int]) -> bool:
+def _dim_matches(want, got: int, bound: dict[str, int], empty_ok=frozenset()) -> bool:
     if isinstance(want, int):
         return want == got
-    return bound.setdefault(want, got) == got and got > 0
+    return bound.setdefault(want, got) == got and (got > 0 or want in empty_ok)
