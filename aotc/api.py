@@ -65,9 +65,11 @@ PRECISION_SAMPLES = 4
 
 def _precision_report(imported, spec, output, options, say) -> dict:
     """The bf16/fp16 model at ``output`` against a float32 build of the same model, on
-    random inputs of its signature (symbolic dims 8): per output, max |diff|, cosine and, for
-    a classifier, top-1 agreement (as the int8 report). Written next to the library as
-    ``<output>.precision.json``; not measured where the target does not run here."""
+    random inputs of its signature (symbolic dims 8), or for a decoder with a KV cache on
+    teacher-forced generation of random tokens: per output, max |diff|, cosine and, for a
+    classifier (or the next token), top-1 agreement (as the int8 report). Written next to
+    the library as ``<output>.precision.json``; not measured where the target does not run
+    here."""
     import dataclasses
     import json
     import tempfile
@@ -76,36 +78,71 @@ def _precision_report(imported, spec, output, options, say) -> dict:
     from aotc.compiler import build
     from aotc.compiler.quantize.driver import host_twin
     from aotc.compiler.quantize.report import output_errors, output_lines
-    from aotc.runtime import load
-    from aotc.runtime.inputs import random_inputs
     from aotc.targets import runs_here
 
     why = runs_here(spec) or (None if host_twin(spec) is spec else "not this machine's CPU")
     if why is not None:
         return {"precision": options.precision, "measured": False,
                 "table": f"{options.precision} accuracy: not measured ({spec.name}: {why})"}
-    samples = [random_inputs(imported.signature, seed=k, dim_default=8)
-               for k in range(PRECISION_SAMPLES)]
-    say(f"accuracy: {options.precision} vs float32 on {len(samples)} random inputs")
+    evaluated_on = ("teacher-forced generation of random tokens" if options.kv_capacity
+                    else "random inputs")
+    say(f"accuracy: {options.precision} vs float32 on {PRECISION_SAMPLES} {evaluated_on}")
     with tempfile.TemporaryDirectory(prefix="aotc-fp32-") as tmp:
         reference_path = Path(tmp) / "fp32.so"
         build(imported, spec, reference_path,
               options=dataclasses.replace(options, precision="fp32", explain=False),
               progress=lambda _msg: None)
-        names = [o.name for o in imported.signature.outputs]
-        reference, reduced = [], []
-        for path, results in ((reference_path, reference), (Path(output), reduced)):
-            model = load(path)
-            for feed in samples:
-                outputs = model.run(feed)
-                results.append([outputs[n] for n in names])
-    report = {"precision": options.precision, "measured": True, "samples": len(samples),
-              "evaluated_on": "random inputs", "outputs": output_errors(names, reference, reduced)}
-    lines = [f"{options.precision} accuracy against float32 on {len(samples)} random inputs:",
+        if options.kv_capacity:
+            names, reference, reduced = _generation_samples(reference_path, output)
+        else:
+            names, reference, reduced = _random_samples(imported, reference_path, output)
+    report = {"precision": options.precision, "measured": True, "samples": PRECISION_SAMPLES,
+              "evaluated_on": evaluated_on,
+              "outputs": output_errors(names, reference, reduced)}
+    lines = [f"{options.precision} accuracy against float32 on {PRECISION_SAMPLES} "
+             f"{evaluated_on}:",
              *output_lines(report["outputs"])]
     path = Path(f"{output}.precision.json")
     write_bytes(path, json.dumps(report, indent=1).encode())
     return {**report, "table": "\n".join(lines), "path": str(path)}
+
+
+def _random_samples(imported, reference_path, output):
+    """Each output of both builds on random inputs of the signature (symbolic dims 8)."""
+    from aotc.runtime import load
+    from aotc.runtime.inputs import random_inputs
+
+    samples = [random_inputs(imported.signature, seed=k, dim_default=8)
+               for k in range(PRECISION_SAMPLES)]
+    names = [o.name for o in imported.signature.outputs]
+    reference, reduced = [], []
+    for path, results in ((reference_path, reference), (Path(output), reduced)):
+        model = load(path)
+        for feed in samples:
+            outputs = model.run(feed)
+            results.append([outputs[n] for n in names])
+    return names, reference, reduced
+
+
+def _generation_samples(reference_path, output):
+    """A decoder with a KV cache: the logits of each step of teacher-forced generation
+    (random token ids, a 16-token prompt) from both builds."""
+    import numpy as np
+
+    from aotc.runtime import load
+
+    models = [load(reference_path), load(output)]
+    table = models[0].metadata["generation"]
+    logits = next(o for o in models[0].signature.outputs if o.name == table["logits"])
+    vocabulary = logits.shape[-1] if isinstance(logits.shape[-1], int) else 2
+    length = min(int(table["capacity"]), 32)
+    prompt = min(16, length - 1)
+    reference, reduced = [], []
+    for k in range(PRECISION_SAMPLES):
+        tokens = np.random.default_rng(k).integers(0, vocabulary, length)
+        for model, results in zip(models, (reference, reduced)):
+            results.append([model.generation_logits(tokens, prompt)])
+    return [table["logits"]], reference, reduced
 
 
 def _target_spec(target: str, options):

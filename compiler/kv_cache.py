@@ -192,11 +192,26 @@ class _InPlace(relax.PyExprMutator):
     decode (with a position): what attention reads is the written cache. prefill: attention
     reads ``new`` (there is no past), and the written cache is the output."""
 
-    def __init__(self, mod, writes: dict, position, alias: dict):
+    def __init__(self, mod, writes: dict, position, alias: dict, last_row_of=None):
         super().__init__(mod)
         self.writes, self.position = writes, position  # past param -> (cache, kernel)
         self.alias = alias
         self.written: dict = {}  # prefill: present var -> the written cache
+        self.last_row_of = last_row_of  # prefill: the logits, computed for the last token
+
+    def _last_row(self, value):
+        """``matmul(x, w)`` over ``x``'s last row only (generation reads no other), or None
+        for any other op."""
+        if not (isinstance(value, relax.Call) and value.op == tvm.ir.Op.get("relax.matmul")):
+            return None
+        x = self.visit_expr(value.args[0])
+        shape = getattr(x.ty, "shape", None)
+        if shape is None or len(shape.values) < 2:
+            return None
+        rows, axis = shape.values[-2], len(shape.values) - 2
+        last = self.builder_.emit(relax.op.strided_slice(x, axes=[axis], begin=[rows - 1],
+                                                         end=[rows], assume_inbound=True))
+        return relax.op.matmul(last, self.visit_expr(value.args[1]), value.attrs.out_dtype)
 
     def _hit(self, value):
         if not (isinstance(value, relax.Call) and value.op == _CONCAT
@@ -209,6 +224,11 @@ class _InPlace(relax.PyExprMutator):
         return (*self.writes[first], value.args[0].fields[1])
 
     def visit_var_binding_(self, binding):
+        if self.last_row_of is not None and binding.var.same_as(self.last_row_of):
+            last = self._last_row(binding.value)
+            if last is not None:
+                self.set_var_remap(binding.var, self.builder_.emit(last))
+                return None
         hit = self._hit(binding.value)
         if hit is None or self.position is not None:
             return super().visit_var_binding_(binding)
@@ -278,7 +298,14 @@ def _entry(mod, signature, roles: Roles, capacity: int, decode: bool) -> tvm.IRM
     if decode:
         new_params.append(position)
     module = builder.get()
-    body = _InPlace(module, writes, position, _aliases(func)).visit_expr(func.body)
+    alias = _aliases(func)
+    logits = None
+    if not decode:  # generation reads the last token's logits only
+        outputs = [o.name for o in signature.outputs]
+        presents = {present for _, present in roles.caches}
+        index = next(k for k, name in enumerate(outputs) if name not in presents)
+        logits = _output_vars(func)[index]
+    body = _InPlace(module, writes, position, alias, logits).visit_expr(func.body)
     body = relax.analysis.remove_all_unused(body)
     used = relax.analysis.free_vars(body)
     stale = [p.name for p in params if p in writes and any(v.same_as(p) for v in used)]
