@@ -415,8 +415,11 @@ def bench_cmd(artifact, compare_onnx, number, repeat, min_repeat_ms, cache_flush
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write results as JSON.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=SIZE",
               help="Size of a symbolic dim (repeatable; 1 where not given), e.g. seq=128.")
+@click.option("--entry", type=click.Choice(["decode", "prefill", "main"]),
+              help="A decoder compiled with --kv-capacity: the entry to profile (default "
+                   "decode: one token after a prompt of the sequence dim's size).")
 @_guard
-def profile_cmd(artifact, runs, top, json_out, dims):
+def profile_cmd(artifact, runs, top, json_out, dims, entry):
     """Time every kernel of a compiled model: calls, ms, share, GFLOP/s."""
     from aotc.runtime import load
     from aotc.runtime.profile import profile
@@ -428,7 +431,7 @@ def profile_cmd(artifact, runs, top, json_out, dims):
                                      param_hint="--dim")
         sizes[name] = int(size)
     try:
-        report = profile(load(artifact), repeats=runs, dims=sizes)
+        report = profile(load(artifact), repeats=runs, dims=sizes, entry=entry)
     except ValueError as err:  # no kernel table, or a --dim the model does not have
         raise click.ClickException(str(err)) from None
     click.echo(report.table(top or None))

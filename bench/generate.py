@@ -85,7 +85,7 @@ def LOAD():
 _OV_LOAD = """
 def LOAD():
     import openvino as ov
-    config = {"PERFORMANCE_HINT": "LATENCY", **HINT}
+    config = {"PERFORMANCE_HINT": "LATENCY", **PRECISION_CONFIG}
     compiled = ov.Core().compile_model(ONNX, "CPU", config)
     request = compiled.create_infer_request()
     past_names = [i.get_any_name() for i in compiled.inputs][3:]
@@ -103,8 +103,8 @@ def worker_script(engine: str, paths: dict, new: int, past_shapes: dict) -> str:
     else:
         load = _ORT_LOAD if engine == "onnxruntime" else _OV_LOAD
         hint = {"INFERENCE_PRECISION_HINT": "f32"} if engine == "openvino_fp32" else {}
-        script = load.replace("HINT", repr(hint)) + _PEER.replace("PAST", repr(past_shapes))
-    script = script.replace("ARTIFACT", repr(str(paths[engine]))).replace(
+        script = load.replace("PRECISION_CONFIG", repr(hint)) + _PEER.replace("PAST", repr(past_shapes))
+    script = script.replace("ARTIFACT", repr(str(paths.get(engine, "")))).replace(
         "ONNX", repr(str(paths["onnx"]))).replace("PROMPT", repr(str(paths["prompt"])))
     return script.replace("NEW", str(new))
 

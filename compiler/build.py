@@ -24,7 +24,7 @@ from aotc.options import CompileOptions
 from . import buckets, cuda_codegen, kv_cache, parallel_codegen
 from .explain import Explanation
 from .frontends import ImportedModel
-from .kernel_table import kernel_table
+from .kernel_table import entry_calls, kernel_table
 from .packed_imports import pack_imports
 from .memory_report import memory_report
 from .lower import tuned_functions, tuning_share, unscheduled_functions
@@ -122,6 +122,8 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     if options.int8_ranges:
         metadata["quantization"] = {"mode": "int8", "layers": sorted(options.int8_ranges)}
     if generation is not None:
+        generation["kernels"] = {name: entry_calls(mod, function) for name, function in
+                                 {**generation["entries"], "main": "main"}.items()}
         metadata["generation"] = generation
     if bucket_table is not None:
         if spec.runtime_device == "cpu" and runs_here(spec) is None:

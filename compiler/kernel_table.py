@@ -15,6 +15,7 @@ from tvm import relax
 from .relax_walk import op_calls
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+_CALL_TIR_INPLACE = tvm.ir.Op.get("relax.call_tir_inplace")
 
 
 def kernel_table(mod: tvm.IRModule) -> list[dict]:
@@ -39,14 +40,28 @@ def kernel_table(mod: tvm.IRModule) -> list[dict]:
     return sorted(table, key=lambda k: k["name"])
 
 
+def _calls_kernel(call) -> bool:
+    return call.op.same_as(_CALL_TIR) or call.op.same_as(_CALL_TIR_INPLACE)
+
+
 def _call_counts(mod: tvm.IRModule) -> Counter:
-    return Counter(call.args[0].name_hint for call in op_calls(mod) if call.op.same_as(_CALL_TIR))
+    return Counter(call.args[0].name_hint for call in op_calls(mod) if _calls_kernel(call))
+
+
+def entry_calls(mod: tvm.IRModule, entry: str) -> dict[str, int]:
+    """Kernel name -> calls, for the kernels Relax function ``entry`` calls (kernels equal
+    across entries are shared, so names do not tell)."""
+    only = tvm.IRModule({gv: f for gv, f in mod.functions_items()
+                         if gv.name_hint == entry or isinstance(f, tvm.tirx.PrimFunc)})
+    names = {gv.name_hint: _symbol(gv, f) for gv, f in mod.functions_items()
+             if isinstance(f, tvm.tirx.PrimFunc)}
+    return {names.get(k, k): v for k, v in sorted(_call_counts(only).items())}
 
 
 def _first_calls(mod: tvm.IRModule) -> dict:
     first = {}
     for call in op_calls(mod):
-        if call.op.same_as(_CALL_TIR):
+        if _calls_kernel(call):
             first.setdefault(call.args[0].name_hint, call)
     return first
 

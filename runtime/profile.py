@@ -90,10 +90,15 @@ class ProfileReport:
                            "kernel_total_ms": self.kernel_total_ms, "kernels": kernels}, indent=2)
 
 
-def profile(model: Model, repeats: int = 10, dims: dict[str, int] | None = None
-            ) -> ProfileReport:
+GENERATION_ENTRIES = ("decode", "prefill", "main")
+
+
+def profile(model: Model, repeats: int = 10, dims: dict[str, int] | None = None,
+            entry: str | None = None) -> ProfileReport:
     """Time every kernel of ``model`` (median of ``repeats``) and the whole model, symbolic
-    dims at the sizes in ``dims`` (1 where not given)."""
+    dims at the sizes in ``dims`` (1 where not given). A decoder compiled with a KV cache:
+    the kernels of one ``entry`` (default "decode": one token after a prompt of the
+    sequence dim's size; "prefill": a prompt of that size; "main": the model as exported)."""
     table = model.metadata.get("kernels")
     if table is None:
         raise ValueError(f"{model.path}: no kernel table (built by an aotc older than the "
@@ -104,10 +109,60 @@ def profile(model: Model, repeats: int = 10, dims: dict[str, int] | None = None
         raise ValueError(f"--dim {unknown[0]}: the model has no dim of that name "
                          f"(its dims: {sorted(sizes) or 'none'})")
     sizes.update(dims or {})
-    feed = random_inputs(model.signature, seed=0, dims=sizes)
-    end_to_end = median_ms(lambda: model.run(feed), repeats)
-    timings = [_time_kernel(model, entry, repeats, sizes) for entry in table]
+    generation = model.metadata.get("generation")
+    if entry is not None and (generation is None or entry not in GENERATION_ENTRIES):
+        raise ValueError(f"--entry {entry}: only a decoder compiled with --kv-capacity has "
+                         f"entries ({', '.join(GENERATION_ENTRIES)})")
+    if generation is not None:  # the entry's kernels, with its own call counts
+        entry = entry or "decode"
+        calls = generation["kernels"][entry]
+        table = [{**k, "calls": calls[k["name"]]} for k in table if k["name"] in calls]
+    if generation is not None and entry != "main":
+        end_to_end = _generation_step_ms(model, generation, entry, sizes, repeats)
+    else:
+        feed = random_inputs(model.signature, seed=0, dims=sizes)
+        if generation is not None:  # token ids, positions and mask a decoder accepts
+            _decoder_feed(feed, generation)
+        end_to_end = median_ms(lambda: model.run(feed), repeats)
+    timings = [_time_kernel(model, kernel, repeats, sizes) for kernel in table]
     return ProfileReport(str(model.path), end_to_end, timings)
+
+
+def _decoder_feed(feed: dict, generation: dict) -> None:
+    """Token 0 everywhere, positions after the past values, a mask of ones over both."""
+    ids = feed[generation["ids"]]
+    feed[generation["ids"]] = np.zeros_like(ids)
+    past = feed[generation["caches"][0]["input"]].shape[generation["axis"]]
+    feed[generation["mask"]] = np.ones((1, past + ids.shape[-1]), dtype="int64")
+    if generation["positions"]:
+        feed[generation["positions"]] = np.arange(past, past + ids.shape[-1],
+                                                  dtype="int64")[None]
+
+
+def _generation_step_ms(model: Model, generation: dict, entry: str, sizes: dict,
+                        repeats: int) -> float:
+    """Median of ``repeats`` prefills of a prompt of the sequence dim's size, or of decode
+    steps after it (the prompt is run again whenever the cache fills)."""
+    ids = next(spec for spec in model.signature.inputs if spec.name == generation["ids"])
+    length = sizes.get(ids.shape[-1], 1) if isinstance(ids.shape[-1], str) else ids.shape[-1]
+    capacity = int(generation["capacity"])
+    if length + (entry == "decode") > capacity:
+        raise ValueError(f"a {length}-token prompt does not leave room for the step in the "
+                         f"KV cache ({capacity} tokens)")
+    session = model.cache_session()
+    prompt = np.zeros(length, dtype="int64")
+    session.prefill(prompt)  # warm-up
+    samples = []
+    for _ in range(repeats):
+        if entry == "decode" and session.length >= capacity:
+            session.prefill(prompt)
+        start = time.perf_counter()
+        if entry == "prefill":
+            session.prefill(prompt)
+        else:
+            session.decode(0)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
 
 
 def _time_kernel(model: Model, entry: dict, repeats: int, sizes: dict) -> KernelTiming:

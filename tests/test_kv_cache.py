@@ -219,3 +219,19 @@ def test_cli_generates(gpt2_so, tmp_path):
                               "--generate", "60", "--prompt", "1,2,3"],
                              capture_output=True, text=True)
     assert refused.returncode == 1 and "cache holds 48" in refused.stderr
+
+
+@pytest.mark.parametrize("entry", [None, "prefill", "main"])
+def test_profile_takes_an_entry(gpt2_so, entry):
+    import subprocess
+    import sys
+    command = [sys.executable, "-m", "aotc.cli", "profile", str(gpt2_so), "--runs", "3",
+               "--top", "0", "--dim", "sequence_length=8"] + (["--entry", entry] if entry else [])
+    out = subprocess.run(command, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "kernels, sum" in out.stdout
+    names = [line.split()[0] for line in out.stdout.splitlines()[1:-1]]
+    if entry is None:  # decode: every kernel it calls, the KV write among them
+        assert any("kv_write" in n for n in names), names
+    if entry == "main":  # the exported graph: concatenation, no cache writes
+        assert not any("kv_write" in n for n in names), names

@@ -1,0 +1,52 @@
+"""power by a constant 0.5, 1, 2, 3 or 4 is legalized to a square root or multiplications
+(no libm pow call per lane); other exponents keep TVM's pow; both match onnxruntime."""
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from aotc.compiler.lower.vector_math import LEGALIZE_MAP
+from helpers import check_against_onnxruntime
+
+
+def _legalized_kernel(exponent: float) -> str:
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.power(x, relax.const(exponent, "float32")))
+        bb.emit_func_output(y)
+    mod = relax.transform.LegalizeOps(LEGALIZE_MAP)(bb.get())
+    kernels = [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert len(kernels) == 1
+    return kernels[0].script()
+
+
+@pytest.mark.parametrize("exponent,expected", [(3.0, "x[v_i0, v_i1] * x[v_i0, v_i1] * x[v_i0, v_i1]"),
+                                               (2.0, "x[v_i0, v_i1] * x[v_i0, v_i1]"),
+                                               (0.5, "T.sqrt(x[v_i0, v_i1])")])
+def test_small_exponents_need_no_pow(exponent, expected):
+    source = _legalized_kernel(exponent)
+    assert "T.pow" not in source and expected in source, source
+
+
+def test_other_exponents_keep_pow():
+    assert "T.pow" in _legalized_kernel(2.5)
+
+
+@pytest.mark.parametrize("exponent,shape", [(3.0, []), (2.0, [1]), (0.5, []), (2.5, []),
+                                            (3.0, [4])])
+def test_power_matches_onnxruntime(exponent, shape, tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Pow", ["x", "e"], ["y"])], "pow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [numpy_helper.from_array(np.full(shape, exponent, np.float32), "e")])
+    path = tmp_path / "pow.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    x = np.abs(x) + 0.1 if exponent % 1 else x
+    check_against_onnxruntime(path, tmp_path, feed={"x": x}, rtol=1e-6, atol=1e-6)
