@@ -84,7 +84,7 @@ def _precision_report(imported, spec, output, options, say) -> dict:
     if why is not None:
         return {"precision": options.precision, "measured": False,
                 "table": f"{options.precision} accuracy: not measured ({spec.name}: {why})"}
-    evaluated_on = ("teacher-forced generation of random tokens" if options.kv_capacity
+    evaluated_on = ("teacher-forced generations of random tokens" if options.kv_capacity
                     else "random inputs")
     say(f"accuracy: {options.precision} vs float32 on {PRECISION_SAMPLES} {evaluated_on}")
     with tempfile.TemporaryDirectory(prefix="aotc-fp32-") as tmp:
