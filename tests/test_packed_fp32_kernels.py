@@ -141,3 +141,23 @@ def test_a_short_reductions_tile_buffer_stays_on_the_stack(ic, stays_on_the_stac
     got = tvm.runtime.tensor(np.zeros((1, 7, 7, 192), np.float32))
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), x @ w[0, 0], rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("rows,tile_rows", [(8, 4), (12, 3), (7, 7), (49, 7), (5, 5)])
+def test_matmul_tile_rows(rows, tile_rows):
+    """Tiles of at most cpu_dot.MATMUL_TILE_ROWS rows where such a count of 2 or more divides
+    the rows; else a deeper one (7 rows, ConvNeXt's 7x7 tokens: not one row); the output
+    matches numpy either way."""
+    import re
+    x = RNG.standard_normal((1, rows, 256)).astype(np.float32)
+    w = RNG.standard_normal((256, 64)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.fp32_format(16))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    func = te.create_prim_func([xt, wt, k.matmul(xt, wt, 64, 0)])
+    sch = PackedDot().schedule(s_tir.Schedule(func), tvm.target.Target(TARGETS[16]))
+    assert re.findall(r"T\.unroll\((\d+)\)", sch.mod.script())[0] == str(tile_rows)
+    lib = _build(func, 16)
+    got = tvm.runtime.tensor(np.zeros((1, rows, 64), np.float32))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)

@@ -58,6 +58,11 @@ SHORT_REDUCTION = 256
 # the reduction waits on cache misses (a 15-row tile of a K=2048 matmul ran at two thirds of
 # a 4-row one's rate). A conv's tile rows are neighbouring pixels and keep deeper tiles.
 MATMUL_TILE_ROWS = 4
+# Where no count of 2 to MATMUL_TILE_ROWS rows divides the matmul's rows (7: ConvNeXt's last
+# stage, 7x7 tokens), a deeper tile of up to this many (PrepackWeights pads rows that have no
+# divisor up to it): a one-row tile leaves too few accumulators to cover the multiply-add
+# latency and ran at half the rate.
+MATMUL_FALLBACK_TILE_ROWS = 8
 
 
 def _packed_block(infos) -> tuple[object, DotFormat] | None:
@@ -267,9 +272,13 @@ class PackedDot(ScheduleRule):
             accumulators = min(accumulators or STACK_TILE_ACCUMULATORS, STACK_TILE_ACCUMULATORS)
         # A matmul's tile rows are rows of its activation, each a stream of its own K-long
         # row; a conv's are neighbouring pixels (NHWC).
-        max_rows = MATMUL_TILE_ROWS if fmt.name in ("fp32", "bf16") and \
-            _packed_matmul(sch, block, fmt) else _MAX_ROWS
-        rows, blocks = self._tile(sch, _extent(sch, channel_outer), _extent(sch, spatial[-2]),
+        row_extent = _extent(sch, spatial[-2])
+        max_rows = _MAX_ROWS
+        if fmt.name in ("fp32", "bf16") and _packed_matmul(sch, block, fmt):
+            max_rows = MATMUL_TILE_ROWS
+            if row_extent > 1 and _largest_divisor(row_extent, MATMUL_TILE_ROWS) == 1:
+                max_rows = MATMUL_FALLBACK_TILE_ROWS
+        rows, blocks = self._tile(sch, _extent(sch, channel_outer), row_extent,
                                   tunable, registers, accumulators, max_rows)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
