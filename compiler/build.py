@@ -136,18 +136,12 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     in_phase("export", lambda: _export(executable, Path(output), metadata, _fcompile(spec)))
     if bucket_table is not None:
         say("checking the buckets' padding")
-        try:
-            buckets.verify_padding(output, model.signature, bucket_table)
-        except Exception:
-            Path(output).unlink(missing_ok=True)  # a library that would answer wrongly
-            raise
+        _keep_if_right(output, lambda: buckets.verify_padding(output, model.signature,
+                                                              bucket_table))
     if generation is not None and spec.runtime_device == "cpu" and runs_here(spec) is None:
         say("checking the KV-cache entries against the model")
-        try:
-            in_phase("kv cache", lambda: kv_cache.verify(output, model.signature, generation))
-        except Exception:
-            Path(output).unlink(missing_ok=True)  # a library that would answer wrongly
-            raise
+        _keep_if_right(output, lambda: in_phase("kv cache", lambda: kv_cache.verify(
+            output, model.signature, generation)))
     if explanation is not None:
         explanation.later_phases["export"] = time.perf_counter() - export_start
     metadata["compile_seconds"] = round(time.perf_counter() - start, 2)
@@ -155,6 +149,16 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         explanation.memory = metadata["memory"]
         metadata["explain"] = {"table": explanation.table(), **explanation.to_json()}
     return metadata
+
+
+def _keep_if_right(output, check: Callable[[], None]) -> None:
+    """Run ``check`` on the written library; remove the library when it fails (it would
+    answer wrongly) and raise the failure."""
+    try:
+        check()
+    except Exception:
+        Path(output).unlink(missing_ok=True)
+        raise
 
 
 def _add_buckets(model: ImportedModel, mod, spec: TargetSpec, target, options: CompileOptions,

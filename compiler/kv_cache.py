@@ -351,6 +351,7 @@ def verify(path, signature: ModelSignature, generation: dict, rtol=1e-3, atol=1e
     """Prefill 5 tokens and decode 2 with the library at ``path`` against its ``main`` (past
     tensors of the real lengths); refuse the library when their logits differ."""
     from aotc.runtime import load  # pylint: disable=import-outside-toplevel
+    from aotc.runtime.generate import with_past_feed  # pylint: disable=import-outside-toplevel
     model = load(path)
     rng = np.random.default_rng(0)
     vocabulary = next(o.shape[-1] for o in signature.outputs
@@ -363,11 +364,7 @@ def verify(path, signature: ModelSignature, generation: dict, rtol=1e-3, atol=1e
             for c in generation["caches"]}
     start = 0
     for step, stop in enumerate((prompt, prompt + 1, prompt + 2)):
-        feed = {generation["ids"]: tokens[None, start:stop].astype("int64"),
-                generation["mask"]: np.ones((1, stop), "int64"), **past}
-        if generation["positions"]:
-            feed[generation["positions"]] = np.arange(start, stop, dtype="int64")[None]
-        values = model.run(feed, entry="main")
+        values = model.run(with_past_feed(generation, tokens[start:stop], past), entry="main")
         want = values[generation["logits"]][0, -1]
         if not np.allclose(got[step], want, rtol=rtol, atol=atol):
             raise UnsupportedModelError(

@@ -13,6 +13,18 @@ import numpy as np
 from aotc.errors import InputMismatchError
 
 
+def with_past_feed(generation: dict, tokens: np.ndarray, past: dict) -> dict:
+    """Inputs of the model as exported (``main``): ``tokens`` after the ``past`` tensors
+    (input name -> array), positions counted on from the past length, a mask of ones."""
+    start = next(iter(past.values())).shape[generation["axis"]]
+    feed = {generation["ids"]: np.asarray(tokens, dtype="int64").reshape(1, -1),
+            generation["mask"]: np.ones((1, start + len(tokens)), "int64"), **past}
+    if generation["positions"]:
+        feed[generation["positions"]] = np.arange(start, start + len(tokens),
+                                                  dtype="int64")[None]
+    return feed
+
+
 class CacheSession:
     """One sequence's caches and position. ``call(entry, args)`` runs an entry of the
     library; ``to_tensor``/``to_numpy`` convert between numpy and the runtime's tensors."""

@@ -59,6 +59,9 @@ class Model:
                                 f"{meaningful_line(err)}") from None
         self._entries = {"main": self._vm["main"]}
         self._buckets = self.metadata.get("buckets")
+        # a decoder's past length is 0 before its first token
+        generation = self.metadata.get("generation")
+        self._empty_ok = {generation["past_dim"]} if generation else frozenset()
         self._ffi = ffi
         self._lock = threading.Lock()
         forks.track_lock(self)
@@ -96,9 +99,7 @@ class Model:
         """Run once; returns {output name: array}. A library built with buckets runs the
         smallest bucket that fits (inputs padded, outputs cropped) where that pays;
         ``entry`` forces an entry: ``"main"`` (the symbolic one) or a bucket's."""
-        empty_ok = {self.metadata["generation"]["past_dim"]} if "generation" in self.metadata \
-            else set()
-        arrays, bound = check_inputs(self.signature, inputs, empty_ok)
+        arrays, bound = check_inputs(self.signature, inputs, self._empty_ok)
         name, sizes = self._bucket_for(bound) if entry is None else self._entry(entry, bound)
         if not sizes:
             return self._run_entry(name, arrays)

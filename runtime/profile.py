@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .exotic_dtypes import to_tvm
+from .generate import with_past_feed
 from .inputs import random_inputs
 from .buffers import aligned
 from .model import Model
@@ -121,22 +122,12 @@ def profile(model: Model, repeats: int = 10, dims: dict[str, int] | None = None,
         end_to_end = _generation_step_ms(model, generation, entry, sizes, repeats)
     else:
         feed = random_inputs(model.signature, seed=0, dims=sizes)
-        if generation is not None:  # token ids, positions and mask a decoder accepts
-            _decoder_feed(feed, generation)
+        if generation is not None:  # token 0, and the positions and mask it accepts
+            feed = with_past_feed(generation, np.zeros(feed[generation["ids"]].shape[-1]),
+                                  {c["input"]: feed[c["input"]] for c in generation["caches"]})
         end_to_end = median_ms(lambda: model.run(feed), repeats)
     timings = [_time_kernel(model, kernel, repeats, sizes) for kernel in table]
     return ProfileReport(str(model.path), end_to_end, timings)
-
-
-def _decoder_feed(feed: dict, generation: dict) -> None:
-    """Token 0 everywhere, positions after the past values, a mask of ones over both."""
-    ids = feed[generation["ids"]]
-    feed[generation["ids"]] = np.zeros_like(ids)
-    past = feed[generation["caches"][0]["input"]].shape[generation["axis"]]
-    feed[generation["mask"]] = np.ones((1, past + ids.shape[-1]), dtype="int64")
-    if generation["positions"]:
-        feed[generation["positions"]] = np.arange(past, past + ids.shape[-1],
-                                                  dtype="int64")[None]
 
 
 def _generation_step_ms(model: Model, generation: dict, entry: str, sizes: dict,
