@@ -3,26 +3,27 @@ samples, and that both commands (and the farm) read the same settings."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from click.testing import CliRunner
 
+import aotc.bench
 from aotc.bench import time_callable
 from aotc.cli import main
 from aotc.measure_settings import MeasureSettings
 
 
-def test_samples_follow_number_repeat_and_min_repeat_ms():
+def test_samples_follow_number_repeat_and_min_repeat_ms(monkeypatch):
     calls = []
     samples = time_callable(lambda: calls.append(1), MeasureSettings(number=3, repeat=4,
                                                                      min_repeat_ms=0), warmup=2)
     assert len(samples) == 4 and len(calls) == 2 + 3 * 4
     calls.clear()
-    slow = time_callable(lambda: (calls.append(1), time.sleep(0.001)),
+    clock = [0.0]  # a fake clock: every call lasts exactly 1 ms, so nothing depends on load
+    monkeypatch.setattr(aotc.bench.time, "perf_counter", lambda: clock[0])
+    slow = time_callable(lambda: (calls.append(1), clock.__setitem__(0, clock[0] + 0.001)),
                          MeasureSettings(number=1, repeat=2, min_repeat_ms=10), warmup=0)
-    assert len(slow) == 2 and len(calls) >= 2 * 8  # grown to >= 10 ms of 1 ms runs
-    assert all(0.0009 < s < 0.005 for s in slow)   # still seconds per run
+    assert len(slow) == 2 and len(calls) == 1 + 2 + 4 + 8 + 16 + 16  # doubled to 16 runs a sample
+    assert slow == pytest.approx([0.001, 0.001])  # still seconds per run, not per sample
     flushed = time_callable(lambda: None, MeasureSettings(repeat=3, min_repeat_ms=0,
                                                           cache_flush=True), warmup=0)
     assert len(flushed) == 3

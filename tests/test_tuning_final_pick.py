@@ -52,7 +52,6 @@ def test_the_final_timing_keeps_the_fastest_not_the_luckiest_in_run_time():
     assert str(chosen.as_json()) == str(default_trace.as_json())  # not the naive one
     # both re-timed in the same rounds: the same schedule as the default, so no gain to keep
     assert record.seconds == result.tuned_seconds and record.default_seconds == result.default_seconds
-    assert 0.5 < record.seconds / record.default_seconds < 2.0
     report = TuneReport(2, 1.0, "rl", results=[result])
     assert any("1 tasks kept another candidate than their in-run best" in line
                for line in report.lines())
