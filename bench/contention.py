@@ -209,7 +209,8 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     host = {"machine": platform.machine(), "cpu": _cpu_name(), "cores": len(os.sched_getaffinity(0))}
-    out.write_text(json.dumps({"host": host, "quota": quota.kind, "rounds": args.rounds,
+    out.write_text(json.dumps({"host": host, "command": " ".join(["python", *sys.argv]),
+                               "quota": quota.kind, "rounds": args.rounds,
                                "runs": args.runs, "rows": rows}, indent=2))
     print(f"wrote {out}")
     plot = _plot(rows, out.with_suffix(".png"))

@@ -237,7 +237,8 @@ def main() -> None:
                   f"{results[engine]['first_token_ms']:8.1f} ms  "
                   f"{results[engine]['tokens_per_second']:7.1f} tokens/s", flush=True)
         rounds.append(results)
-    summary = {"host": host(), "versions": versions(), "prompt": args.prompt,
+    summary = {"host": host(), "versions": versions(),
+               "command": " ".join(["python", *sys.argv]), "prompt": args.prompt,
                "new_tokens": args.new, "rounds": args.rounds, "kv_capacity": capacity,
                "model": {"layers": args.layers, "heads": args.heads, "width": args.width,
                          "vocabulary": args.vocabulary}, "compile_s": compile_s,

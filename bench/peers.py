@@ -403,7 +403,8 @@ def main() -> None:
     bench_all(args.models.split(","), lambda name: bench_model(name, work, engines, args.rounds,
                                                                  args.runs),
               _format, Path(args.out), _plot,
-              {"host": host(), "versions": versions(), "rounds": args.rounds, "runs": args.runs})
+              {"host": host(), "versions": versions(), "command": " ".join(["python", *sys.argv]),
+               "rounds": args.rounds, "runs": args.runs})
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     from aotc.atomic import write_bytes
     host = {"cpu": _cpu_name(), "cores": _cores(), "python": platform.python_version()}
-    write_bytes(out, json.dumps({"host": host, "command": " ".join(sys.argv),
+    write_bytes(out, json.dumps({"host": host, "command": " ".join(["python", *sys.argv]),
                                  "rows": rows}, indent=1).encode())
     _plot(rows, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")

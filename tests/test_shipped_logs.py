@@ -33,7 +33,7 @@ def test_shipped_log_matches_the_kernels_compile_produces(path, example_onnx_dir
     finals = [r for r in records if r.final]
     stale = sorted(r.task for r in finals if r.workload not in keys)
     assert not stale, (f"{path.name}: records for kernels compile no longer produces: {stale}; "
-                       "re-tune it (README, 'Shipped logs')")
+                       "re-tune it (tuning_logs/README.md)")
     assert any(r.beats_default for r in finals)
     # this host's records were timed against today's default rules (compile skips them
     # otherwise, so they would silently stop applying)
@@ -42,4 +42,4 @@ def test_shipped_log_matches_the_kernels_compile_produces(path, example_onnx_dir
     changed = sorted(r.task for r in here
                      if schedule_key(default(funcs[r.workload])) != r.default_schedule)
     assert not changed, (f"{path.name}: records timed against other default rules: "
-                         f"{changed}; re-tune it (README, 'Shipped logs')")
+                         f"{changed}; re-tune it (tuning_logs/README.md)")

@@ -1,0 +1,215 @@
+"""Renders the benches' JSON in ``bench/results/`` into ``docs/results.md`` (a table per file,
+with the host, versions and command that produced it, and its plot) and the short results
+table of README.md (between ``<!-- results:start -->`` and ``<!-- results:end -->``).
+
+    python bench/render_results.py            # rewrite docs/results.md and the README table
+    python bench/render_results.py --check    # exit 1 when either is out of date (CI)
+
+Every number in the docs comes from these files: a bench run, then this script, then a commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+ENGINE_NAMES = {"aotc": "aotc", "aotc_bf16": "aotc `--precision bf16`",
+                "onnxruntime": "onnxruntime", "openvino_fp32": "OpenVINO, f32 hint",
+                "openvino_default": "OpenVINO, default (bf16 on AVX512-BF16)",
+                "aoti": "torch AOTInductor", "iree": "IREE llvm-cpu"}
+
+
+def _f(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def _provenance(data: dict) -> list[str]:
+    host = data.get("host", {})
+    features = ", ".join(host.get("features", [])) or "not recorded"
+    lines = [f"Host: {host.get('cpu', '?')}, {host.get('cores', '?')} cores "
+             f"(CPU features: {features})."]
+    if data.get("versions"):
+        lines.append("Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items())
+                     + ".")
+    lines.append(f"Command: `{data.get('command', 'not recorded')}`.")
+    return [" ".join(lines)]
+
+
+def _ratio_columns(rows: list[dict]) -> list[str]:
+    keys = []
+    for row in rows:
+        keys += [k for k in row if "_vs_" in k and k not in keys]
+    return keys
+
+
+def peers_table(data: dict) -> list[str]:
+    """Latency of each engine and aotc's ratios to the others (medians of per-round ratios;
+    lower is better for aotc), compile seconds and the cosine to torch's output."""
+    rows, ratios = data["rows"], _ratio_columns(data["rows"])
+    engines = [e for e in ENGINE_NAMES if any(f"{e}_ms" in r for r in rows)]
+    header = ["model", *(f"{e} ms" for e in engines), *(k.replace("_vs_", " / ") for k in ratios),
+              "compile s (aotc)", "cosine to torch (aotc)"]
+    body = []
+    for row in rows:
+        cosine = row.get("accuracy", {}).get("aotc", {}).get("cosine")
+        body.append([row["model"], *(_f(row.get(f"{e}_ms"), 1) for e in engines),
+                     *(_f(row.get(k)) for k in ratios),
+                     _f(row.get("compile_s", {}).get("aotc"), 1), _f(cosine, 5)])
+    slow = [f"{r['model']}: {len(r['slow_kernels'])}" for r in rows if r.get("slow_kernels")]
+    notes = [f"Kernels the bench flags as far below their class: {', '.join(slow)}."] if slow \
+        else []
+    compile_rows = [[r["model"], *(_f(r["compile_s"].get(e), 1) for e in engines)]
+                    for r in rows if r.get("compile_s")]
+    return [*_table(header, body), "", *notes, "", "Compile seconds:", "",
+            *_table(["model", *engines], compile_rows)]
+
+
+def generate_table(data: dict) -> list[str]:
+    """Time to the first token and decode tokens/s per engine, and aotc's ratios."""
+    model = data["model"]
+    intro = (f"GPT-style decoder ({model['layers']} layers, width {model['width']}, vocabulary "
+             f"{model['vocabulary']}), batch 1, {data['prompt']}-token prompt, "
+             f"{data['new_tokens']} new tokens, greedy, {data['rounds']} rounds; "
+             f"aotc built with `--kv-capacity {data['kv_capacity']}`.")
+    body = [[ENGINE_NAMES.get(e, e), _f(v["first_token_ms"], 1), _f(v["tokens_per_second"], 1),
+             f"{v['tokens_agreeing_with_onnxruntime']} of {v['tokens']}"]
+            for e, v in data["engines"].items()]
+    ratios = [[k.replace("_vs_", " / "), _f(v["tokens_per_second"]), _f(v["first_token_time"])]
+              for k, v in data.items() if "_vs_" in k]
+    return [intro, "", *_table(["engine", "first token ms", "decode tokens/s",
+                                "tokens equal to onnxruntime's"], body), "",
+            *_table(["ratio (medians of per-round ratios)", "tokens/s", "first-token time"],
+                    ratios)]
+
+
+def variable_length_table(data: dict) -> list[str]:
+    """Fixed-length, bucketed and symbolic builds against onnxruntime, per sequence length."""
+    body = [[str(r["seq"]), _f(r["aotc_fixed_ms"], 1), _f(r["aotc_buckets_ms"], 1),
+             _f(r["aotc_dynamic_ms"], 1), _f(r["onnxruntime_ms"], 1),
+             _f(r["aotc_buckets_vs_onnxruntime"]), _f(r["aotc_dynamic_vs_onnxruntime"])]
+            for r in data["rows"]]
+    model = data["rows"][0]["model"] if data["rows"] else "?"
+    return [f"{model}, batch 1, ms (medians over rounds, each build in a fresh process).", "",
+            *_table(["seq", "fixed-length build", "buckets", "symbolic", "onnxruntime",
+                     "buckets / onnxruntime", "symbolic / onnxruntime"], body)]
+
+
+def contention_table(data: dict) -> list[str]:
+    """aotc / onnxruntime at p50 and p99 in each scenario (lower is better for aotc)."""
+    scenarios = list(dict.fromkeys(r["scenario"] for r in data["rows"]))
+    by_model: dict[str, dict] = {}
+    for row in data["rows"]:
+        by_model.setdefault(row["model"], {})[row["scenario"]] = (
+            f"{_f(row['aotc_vs_onnxruntime_p50'])}, {_f(row['aotc_vs_onnxruntime_p99'])}")
+    body = [[m, *(cells.get(s, "-") for s in scenarios)] for m, cells in by_model.items()]
+    return [f"aotc / onnxruntime, p50 and p99 latency ratios; {data['rounds']} rounds of "
+            f"{data['runs']} runs; CPU quota through {data.get('quota', '?')}.", "",
+            *_table(["model", *scenarios], body)]
+
+
+RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
+    "peers": ("Standard architectures against peer engines", peers_table),
+    "peers_iree": ("Compile time and latency against IREE", peers_table),
+    "peers_gpt2_power": ("GPT-2 small after the constant-power rewrite", peers_table),
+    "peers_efficientnet_auto_pad": ("EfficientNet-B0 after the Conv auto_pad rewrite",
+                                    peers_table),
+    "generate": ("Generation with a KV cache", generate_table),
+    "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
+    "variable_length_gpt2": ("Variable-length inputs: GPT-2 small", variable_length_table),
+    "contention": ("Shared CPUs: busy neighbours, a CPU quota, two processes",
+                   contention_table),
+    "contention_mobilenetv2": ("Shared CPUs: MobileNetV2 with more rounds", contention_table),
+}
+
+
+def results_page() -> tuple[str, list[Path]]:
+    """docs/results.md's text and the plots it shows."""
+    lines = ["# Results", "",
+             "Generated by `python bench/render_results.py` from the JSON the benches write into "
+             "`bench/results/`; do not edit by hand. Latency ratios are medians of per-round "
+             "ratios, each engine in its own fresh process, engines alternating by round, "
+             "default thread settings. Figures from one host do not transfer to another: "
+             "each table names its host.", ""]
+    plots = []
+    for name, (title, render) in RENDERERS.items():
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        lines += [f"## {title}", "", *_provenance(data), "", *render(data), ""]
+        plot = path.with_suffix(".png")
+        if plot.exists():
+            plots.append(plot)
+            lines += [f"![{title}](results/{plot.name})", ""]
+    unknown = sorted(p.stem for p in RESULTS.glob("*.json") if p.stem not in RENDERERS)
+    if unknown:
+        raise SystemExit(f"no renderer for bench/results/{unknown[0]}.json: add one to RENDERERS")
+    return "\n".join(lines).rstrip() + "\n", plots
+
+
+def readme_table() -> str:
+    """The README's short table: aotc's latency and its main ratios from peers.json."""
+    data = json.loads((RESULTS / "peers.json").read_text())
+    host = data["host"]
+    body = [[r["model"], _f(r.get("aotc_ms"), 1), _f(r.get("aotc_vs_onnxruntime")),
+             _f(r.get("aotc_vs_openvino_fp32")), _f(r.get("aotc_vs_aoti")),
+             _f(r.get("aotc_bf16_vs_openvino_default"))] for r in data["rows"]]
+    return "\n".join([
+        f"Batch 1, {host['cpu']}, {host['cores']} cores ({', '.join(host['features'])}); "
+        f"`{data['command']}`; latency ratios, lower is better for aotc. More, and how it is "
+        "measured: [docs/results.md](docs/results.md).", "",
+        *_table(["model", "aotc ms", "/ onnxruntime", "/ OpenVINO fp32", "/ AOTInductor",
+                 "bf16 / OpenVINO default"], body)])
+
+
+def readme_text() -> str:
+    text = README.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"README.md has no {START} ... {END} block")
+    head, rest = text.split(START, 1)
+    return f"{head}{START}\n{readme_table()}\n{END}{rest.split(END, 1)[1]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when docs/results.md or the README table is out of date")
+    args = parser.parse_args()
+    page, plots = results_page()
+    readme = readme_text()
+    target = DOCS / "results.md"
+    if args.check:
+        stale = [str(p.relative_to(ROOT)) for p, text in ((target, page), (README, readme))
+                 if not p.exists() or p.read_text() != text]
+        stale += [f"docs/results/{p.name}" for p in plots
+                  if not (DOCS / "results" / p.name).exists()
+                  or (DOCS / "results" / p.name).read_bytes() != p.read_bytes()]
+        if stale:
+            print(f"out of date: {', '.join(stale)}; run python bench/render_results.py")
+            return 1
+        return 0
+    (DOCS / "results").mkdir(parents=True, exist_ok=True)
+    for plot in plots:
+        shutil.copyfile(plot, DOCS / "results" / plot.name)
+    target.write_text(page)
+    README.write_text(readme)
+    print(f"wrote {target.relative_to(ROOT)} ({len(plots)} plots) and the README table")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
