@@ -2,10 +2,8 @@
 an input transform, one batched matmul per transformed position, an output transform.
 
 Why: a direct 3x3 conv does 9 multiply-adds per output value and input channel; F(4x4, 3x3)
-does 36/16 = 2.25 (F(2x2, 3x3): 4), plus two transforms that read and write each value once.
-Timed alone against the packed direct kernel (2 threads, time_evaluator, /tmp prototype):
-ResNet-18's 56x56x64 conv 0.67 -> 0.24 ms (m=4), 28x28x128 0.73 -> 0.24, 14x14x256
-0.69 -> 0.35, 7x7x512 0.83 -> 0.60 (m=2). The price is rounding: the transforms' constants
+does 36/16 = 2.25 (F(2x2, 3x3): 4), plus two transforms that read and write each value once
+(timings against the packed direct kernel: docs/design/measurements.md#compilerwinograd_kernelspy). The price is rounding: the transforms' constants
 (up to 8 and 1/24) make float32 results differ from the direct sum by about 1e-5 relative
 (max |diff| 3-6e-5 on outputs of magnitude 4 for m=4; 1e-5 for m=2).
 
@@ -15,9 +13,8 @@ position, so ``PackedDot`` schedules it as it does every packed matmul), its pro
 ``[E, P, OC]``. Each transform is two separable stages (rows, then columns), each a
 ``Select`` over its position index of one expression per position, written out here with the
 zero coefficients left out: the schedule (compiler/lower/cpu_winograd.py) unrolls that index,
-so each unrolled copy keeps only its own expression (the transforms then ran 0.005-0.03 ms on
-these layers). One Select over all 36 positions of the whole 2-D transform took LLVM 4.4 s
-per kernel to fold."""
+so each unrolled copy keeps only its own expression. One Select over all 36 positions of the
+whole 2-D transform would take LLVM seconds per kernel to fold."""
 
 from __future__ import annotations
 

@@ -71,8 +71,7 @@ def num_threads() -> int:
     TVM_NUM_THREADS / AOTC_NUM_THREADS setting took effect).
 
     Asking starts the pool, so aotc's thread setting is applied first: a pool started with
-    TVM's own default (half the cores: one here) pins the calling thread to core 0, and every
-    process it starts afterwards inherits that one-core mask. bench/bench_models.py asked this
-    before anything else, and so timed every engine (aotc, onnxruntime, torch) on one core."""
+    TVM's own default (half the cores: one of two) pins the calling thread to core 0, and every
+    process it starts afterwards inherits that one-core mask."""
     settings.apply_thread_setting()
     return int(tvm_ffi().get_global_func("runtime.NumThreads")())

@@ -218,8 +218,8 @@ class Model:
 class InputStaging:
     """64-byte-aligned buffers for inputs that are not, one per input position, kept between
     runs: numpy allocates large arrays 16 bytes past a page boundary, so nearly every input
-    needs one, and a fresh buffer per run paid its page faults each time (MobileNetV2's
-    600 KB image: ~0.05 ms a run, 5% of the int8 model's time). Used under the model's lock."""
+    needs one, and a fresh buffer per run would pay its page faults each time. Used under the
+    model's lock."""
 
     def __init__(self):
         self._buffers: dict[int, np.ndarray] = {}

@@ -2,9 +2,7 @@
 
 Why: TVM's pool runs worker 0 on the calling thread, leaves that thread free to migrate, and
 pins the other workers to the last cores. Linux does not always move the calling thread off a
-pinned worker's core: in 2 of 8 fresh processes here MobileNetV2 ran at 12.9 ms instead of
-5.9 ms (slower than one thread, 9.7 ms), with the calling thread and the worker sharing core 1;
-pinned to core 0, 8 of 8 ran at 6.0-6.5 ms; with this module, 10 of 10 at 5.8-6.5 ms.
+pinned worker's core, and then the two share one core and the run is slower than one thread.
 
 How: the first run shows which threads the pool starts (threads new after it) and the cores
 they are pinned to; each later run sets the calling thread's affinity to the other allowed

@@ -1,8 +1,8 @@
 """Register only the tensor intrinsics CPU targets use, not every backend's.
 
 MetaSchedule's TuneContext (and its default builder) runs ``import tvm.s_tir.tensor_intrin``,
-whose ``__init__`` parses the intrinsics of every backend: 24 s on this machine, 17.5 s of it
-CUDA's (``python -X importtime``). The tuner paid it once in its own process and, through
+whose ``__init__`` parses the intrinsics of every backend, CUDA's most of all, tens of seconds
+(``python -X importtime``). The tuner paid it once in its own process and, through
 MetaSchedule's builder, again in every build worker of every batch. Loading the package
 without its ``__init__`` and importing the CPU submodules takes ~2 s; a target that needs
 another backend's intrinsics imports that submodule the usual way."""

@@ -19,9 +19,9 @@ from .trace_check import trace_problem
 
 LOG = logging.getLogger("aotc.tuning_log")
 VERSION = 1
-# A record is applied only when it ran at least 2% faster than the default schedule: on these
-# VMs two back-to-back timings of one kernel differ by about 1%, and a tuned 3x3 conv of
-# ResNet-18 that "won" by 0.01% (1.0303 vs 1.0304 ms) is no win.
+# A record is applied only when it ran at least 2% faster than the default schedule: two
+# back-to-back timings of one kernel on a shared VM differ by about 1%, so a smaller win is
+# noise.
 APPLY_MARGIN = 0.98
 
 
@@ -44,7 +44,7 @@ class Record:
     # only; a resumed run starts from it, compile does not apply it
     final: bool = True
     # keys.schedule_key of the default rules' schedule default_seconds timed ("": not
-    # recorded, logs before 2026-12-02); compile skips a record whose default has changed
+    # recorded by older logs); compile skips a record whose default has changed
     default_schedule: str = ""
 
     @property
@@ -72,9 +72,8 @@ def append(path: str | Path, records: list[Record]) -> None:
 
 
 # (path, mtime_ns, size) -> (records, warnings) of logs already parsed in this process. Every
-# compile reads the shipped logs: parsing them took 33 ms of the 380 ms an ONNX node case
-# compiles in (cProfile over 40 cases), and a process that compiles many models (the
-# conformance suite, a user's script) parsed the same files each time.
+# compile reads the shipped logs, and a process that compiles many models (the conformance
+# suite, a user's script) would parse the same files each time.
 _PARSED: dict[tuple[str, int, int], tuple[tuple[Record, ...], tuple[str, ...]]] = {}
 
 

@@ -19,8 +19,8 @@ from aotc.measure_settings import TUNE, MeasureSettings
 def measured_seconds(*results) -> float | None:
     """Median run time of a measured candidate, from its builder and runner results (or a
     database record); None when a build or run failed or nothing was timed. (The tuner's
-    runners report the median alone: runners.MedianRunner; records from before 2026-12-03
-    carry every repeat.)"""
+    runners report the median alone: runners.MedianRunner; older records carry every
+    repeat.)"""
     if any(getattr(result, "error_msg", None) for result in results):
         return None
     run_secs = results[-1].run_secs

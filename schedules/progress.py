@@ -5,8 +5,8 @@ far, or its default time while that is better; weighted by calls) against the un
 time after each improvement), which the log records and ``aotc tune-report`` plots.
 
 Each round of MetaSchedule's gradient task scheduler first generates and builds a batch for
-every task and only then collects their measurements: MobileNetV2's first round (32 tasks)
-said nothing for 176 s on this machine. ``built`` fills that silence with the builder's count,
+every task and only then collects their measurements, so a first round over many tasks says
+nothing for minutes. ``built`` fills that silence with the builder's count,
 at most once per BUILT_EVERY_S."""
 
 from __future__ import annotations

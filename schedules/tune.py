@@ -56,8 +56,7 @@ COST_MODEL_WARMUP = 24
 # Best candidates (by their in-run time) checked against the default schedule's results
 # before one is logged; of those that compute the same, up to FINAL_CANDIDATES are timed in
 # turn with the default for FINAL_ROUNDS rounds, and the fastest median is the task's record.
-# An in-run best is the minimum of many noisy single timings and often a lucky one (a
-# depthwise kernel's best timed 0.0163 ms in its run and 0.0314 side by side).
+# An in-run best is the minimum of many noisy single timings and often a lucky one.
 TOP_K = 4
 FINAL_CANDIDATES = 3
 FINAL_ROUNDS = 7

@@ -13,9 +13,8 @@ from .spec import TargetSpec
 
 FAMILY = "x86"
 # Checked from the newest down; the first ISA whose flags the host has picks the mcpu. By ISA,
-# not vendor: an AMD Zen 4 host (avx512_vnni, no AMX) gets icelake-server. LLVM's znver4 was
-# tried there (2026-12-03, MobileNetV2, 5 alternating rounds): float32 5.0-7.8 ms with
-# icelake-server against 5.8-8.1 with znver4, int8 1.50-2.01 against 1.61-2.33; not faster.
+# not vendor: an AMD Zen 4 host (avx512_vnni, no AMX) gets icelake-server (LLVM's znver4 was
+# not faster there: docs/design/measurements.md#targetsx86py).
 _ISA_LEVELS = (
     ("amx", {"amx_tile", "amx_bf16", "avx512f"}, "sapphirerapids"),
     ("avx512-vnni", {"avx512f", "avx512_vnni"}, "icelake-server"),

@@ -1,7 +1,10 @@
 """Scheduling: every PrimFunc gets a schedule before codegen, never a naive loop nest.
 
-Today that is the target's default rule set (no tuning database exists yet; the auto-tuner
-issue adds the database lookup in front of it)."""
+A kernel whose workload has a record in the tuning logs (``tuned``: the shipped logs and
+``--tuning-log``) that beat the default rules, timed against today's defaults, gets that
+record's schedule; every other kernel gets the first of the target's default rules that
+accepts it (cpu_rules.RULES, gpu_rules.RULES). A record that no longer replays falls back to
+the default rules with a warning naming the kernel."""
 
 from __future__ import annotations
 

@@ -24,9 +24,8 @@ _K_UNROLL_STEPS = (1, 2, 4, 8)
 
 
 def _column_block(extent: int, lanes: int) -> int:
-    """Columns per register tile: whole SIMD registers when the extent allows. MobileNetV2's
-    1x1 conv to 24 channels took 2.4 ms as one 24-lane vector and under 0.42 ms as three
-    8-lane ones (per-kernel timing on this machine, 2 threads)."""
+    """Columns per register tile: whole SIMD registers when the extent allows (a vector of
+    an odd lane count is split by LLVM into slow partial operations)."""
     for width in (2 * lanes, lanes, 3 * lanes // 2, lanes // 2, lanes // 4):
         if width >= 4 and extent % width == 0:
             return width
@@ -81,27 +80,21 @@ INLINE_PRODUCERS_MAX_REDUCTION = 64
 
 # A register tile whose taps are guarded (its zero padding inlined: inline_padding) is a
 # depthwise-like kernel: few multiply-adds per byte and a weight of a few KB. Two things differ
-# from the tile of a dense contraction (measured on MobileNetV2, 2 threads):
-# - Accumulators: each guarded load is a branch, and across those branches LLVM kept at most
-#   14 accumulator vectors in registers; with 16 (8 rows x 32 columns) it stored and reloaded
-#   every one per tap. Depthwise 3x3 over 112x112x32 0.084 -> 0.040 ms (7 rows); 112x112x96
-#   stride 2 0.28 -> 0.18; 64x64x128 0.31 -> 0.16; 5x5 over 112x112x32 0.16 -> 0.12 (one
-#   kernel timed alone). Tiles of 14 accumulators or fewer are unchanged.
+# from the tile of a dense contraction:
+# - Accumulators: each guarded load is a branch, and across those branches LLVM keeps at most
+#   14 accumulator vectors in registers; with more it stores and reloads every one per tap.
 # - Order of the parallel tiles: pixels first, channel blocks inside. TVM hands each thread a
 #   contiguous range of the parallel loop, so each core then reads the band of rows that it
 #   wrote itself in the layer before (a 1x1 conv, whose tiles are pixels first when its weight
-#   is small: cpu_dot.pixels_first). Channel blocks first made every core read the whole
-#   image, half of it from the other core. Both changes: MobileNetV2 4.06 -> 3.55 ms end to
-#   end (0.88x; the accumulators alone 0.93x), int8 2.83 -> 2.37 ms (0.84x), 4 alternating
-#   rounds in fresh processes.
+#   is small: cpu_dot.pixels_first). Channel blocks first make every core read the whole
+#   image, half of it from the other core.
 GUARDED_TILE_ACCUMULATORS = 14
 
 
 def inline_padding(sch: s_tir.Schedule, main, infos) -> bool:
     """Inline the producers (the zero-padded input copy) of a low-intensity contraction into
-    it. MobileNetV2's stride-2 depthwise 3x3 over 112x112x96 spent most of its 1.24 ms (5
-    GFLOP/s) writing and re-reading the padded copy; inlined, the bounds check is one scalar
-    condition per vector of channels."""
+    it: writing and re-reading a padded copy costs such a kernel more than its arithmetic;
+    inlined, the bounds check is one scalar condition per vector of channels."""
     reduction = 1
     for kind, extent in zip(main.dom_kind(), main.dom()):
         if kind == "R":
@@ -123,10 +116,10 @@ def inline_padding(sch: s_tir.Schedule, main, infos) -> bool:
 def _pad_ragged_tile(sch: s_tir.Schedule, main, lanes: int) -> bool:
     """Pad the two tile axes to whole vectors/rows when they have no usable divisor.
 
-    Attention over 197 tokens (ViT) makes a 197x197 score matrix: 197 is prime, so the
-    register tile degenerated to one scalar (2.1 GFLOP/s). Masked tails (a non-dividing split)
-    kept LLVM from vectorizing (3.8 GFLOP/s). pad_einsum copies the operands into buffers
-    padded with zeros and the result back out: the kernel proper runs on whole tiles."""
+    Attention over 197 tokens (ViT) makes a 197x197 score matrix: 197 is prime, so without
+    padding the register tile degenerates to one scalar, and masked tails (a non-dividing
+    split) keep LLVM from vectorizing. pad_einsum copies the operands into buffers padded with
+    zeros and the result back out: the kernel proper runs on whole tiles."""
     kinds, dom = main.dom_kind(), main.dom()
     spatial = [i for i, k in enumerate(kinds) if k == "S"]
     if len(spatial) < 2 or "R" not in kinds:
@@ -377,8 +370,8 @@ class Contraction(ScheduleRule):
         reverse_compute_inline accepts that case and then leaves the other reader with an
         undefined buffer (GELU's ``x * erf(x)`` failed to build that way). So first every
         intermediate of the chain is inlined into its readers (``x * sigmoid(x)`` becomes one
-        block reading x twice): EfficientNet's conv+SiLU kernels otherwise ran the sigmoid and
-        the multiply as two more passes over the whole output (8-40 GFLOP/s)."""
+        block reading x twice); otherwise a conv+SiLU kernel runs the sigmoid and the multiply
+        as two more passes over the whole output."""
         remaining = list(epilogues)
         for block in reversed(epilogues[:-1]):
             if not small_enough_to_inline(sch, block.block_rv):

@@ -11,15 +11,12 @@ R + 2 input pixels but made 3R such loads; the window makes R + 2, and the taps 
 unguarded. It stays under TVM's stack-allocation limit, so LLVM keeps it
 in registers (a larger one becomes a TVMBackendAllocWorkspace call in every parallel tile).
 
-Measured (MobileNetV2 int8's depthwise kernels, each timed alone against the inlined
-padding, 15 interleaved rounds, 2 threads): stride 1 0.78-0.83x of the time at 56x56x144,
-28x28x192, 14x14x384/576 and 7x7x960, 1.06x at 112x112x32; stride 2 0.93-1.09x (a window of
-2R + 1 pixels for 3R taps: too little reuse). float32 inputs (nothing to widen) were 1.0-1.35x
-slower with the window. So the window is used where the input is widened and each window
-element is read at least twice (``MIN_REUSE``). A uint8 input (depthwise_byte_input.py)
-widens in two instructions per tap, and there stride 2 pays too (MobileNetV2 int8, its four
-stride-2 depthwise convs given windows: 0.968x of the model's time, 6-round A/B), so integer
-inputs need only 1.3 reads per window element (``MIN_REUSE_INTEGER``).
+A window pays only where the input is widened and each window element is read at least
+twice (``MIN_REUSE``): at stride 2 a window of 2R + 1 pixels serves 3R taps, too little reuse
+for a float16 input, and a float32 input has nothing to widen. A uint8 input widens in two
+instructions per tap, so there stride 2 pays too, and integer inputs need only 1.3 reads per
+window element (``MIN_REUSE_INTEGER``); measurements in
+docs/design/measurements.md#compilerlowercpu_depthwisepy.
 
 Which kernels: a contraction whose reduction is the taps of one channel (groups = channels),
 NHWC, reading a zero-padded copy of a narrower input: float16, bfloat16 or uint8 (the copy

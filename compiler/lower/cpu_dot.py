@@ -6,10 +6,9 @@ instruction (the float32 and float16 ones: their lane loop vectorized into FMAs)
 The register tile is R output rows x V blocks of 16 output channels, kept in R*V vector
 accumulators; each step of the reduction broadcasts G activation values per row and reads one
 16xG weight block per V, which the instruction multiplies and adds (int8: ``vpdpbusd``, G=4,
-4x an fp32 FMA's multiply-adds; bf16: ``vdpbf16ps``, G=2). ResNet-18's 56x56x64 3x3 int8 conv
-ran at 895 GOP/s on one core here (/tmp prototype, time_evaluator), against ~100 GFLOP/s for
-the fp32 schedule. Kernels of targets without the instruction are left to ``Contraction``
-(plain multiply-adds: correct, slower than fp32)."""
+4x an fp32 FMA's multiply-adds; bf16: ``vdpbf16ps``, G=2). Kernels of targets without the
+instruction are left to ``Contraction`` (plain multiply-adds: correct, slower than fp32).
+The measurements behind the tile choices below: docs/design/measurements.md#compilerlowercpu_dotpy."""
 
 from __future__ import annotations
 
@@ -40,17 +39,10 @@ _INSTRUCTIONS = {"int8": int8_dot, "bf16": bf16_dot, "fp16": fp16_dot,
 _MAX_ROWS, _MAX_CHANNEL_BLOCKS = 16, 4
 # A tile of a short reduction (K products per output) holds at most this many accumulators:
 # 15 x 64 bytes stays under the 1 KB below which TVM's LowerTVMBuiltin puts the tile buffer on
-# the stack; a larger one is a TVMBackendAllocWorkspace/Free pair in every parallel tile,
-# ~16 ns, as much as the tile's work when K is small (MobileNetV2's 16->96 int8 expand: 28
-# accumulators x 4 vpdpbusd). MobileNetV2 int8 with every int8 tile capped: 0.962x of the
-# time (6-round A/B, Sapphire Rapids); ResNet-18 int8 (3x3 convs, K = 576..4608) 1.016x, so
-# long reductions keep the larger tile. Every format, not only int8, since 2026-12-03: on the
-# AMD Zen 4 host, MobileNetV2 float32's kernel sum went 4.49 / 4.25 -> 4.02 / 3.79 ms (two
-# alternating `aotc profile` runs; the 16->96 expand 0.33 -> 0.23-0.25 ms), and the tuner had
-# picked tiles of at most 15 accumulators there (and 14 for ResNet-18's stem on Sapphire
-# Rapids, 1.31 -> 0.94 ms). (Stack buffers over 1 KB, tried: TVM's LLVM codegen
-# aligns an alloca to 16 bytes, and a tuned BERT matmul that accumulates in its tile buffer
-# ran 16x slower.)
+# the stack; a larger one is a TVMBackendAllocWorkspace/Free pair in every parallel tile, as
+# much as the tile's work when K is small. Long reductions keep the larger tile, where the
+# allocation is amortized. Larger stack buffers are not an option: TVM's LLVM codegen aligns
+# an alloca to 16 bytes, and 64-byte accesses to it split.
 STACK_TILE_ACCUMULATORS = 15
 SHORT_REDUCTION = 256
 # Rows of a float32 or bf16 matmul's register tile, at most: each row of the tile reads its own
@@ -97,10 +89,8 @@ def pixels_first(sch, block, fmt: DotFormat) -> bool:
     (each thread: a band of the image, every channel, all the weights) rather than channel
     blocks first (each thread: its share of the channels, every pixel, its share of the
     weights). Pixels first where the weights fit in half of L2: the next layer then reads the
-    band this core wrote, from its own cache (ResNet-18's 56x56x64 3x3 conv 0.87 -> 0.79 ms,
-    the 7x7/2 stem 1.00 -> 0.87, 56x56 3x3/2 0.49 -> 0.40). Channels first where the weights
-    are large: reading them all per thread cost 14x14x256 3x3 0.83 -> 1.02 ms and 7x7x512
-    0.86 -> 1.43 (2 threads, time_evaluator)."""
+    band this core wrote, from its own cache. Channels first where the weights are large:
+    every thread reading all of them costs more than the locality gains."""
     return _weight_bytes(sch, block, fmt) <= _PIXELS_FIRST_WEIGHT_BYTES
 
 
@@ -134,8 +124,7 @@ def _packed_matmul(sch, block, fmt: DotFormat) -> bool:
 def _inline_side_input(sch, producer, main) -> bool:
     """Inline a producer that the contraction does not read (an elementwise computation of an
     epilogue's other input: the residual add's ``dequantize(xq)``, ResidualFromQuantized)
-    into its reader. Scheduled on its own it was one more pass over the tensor: MobileNetV2's
-    int8 project conv with its residual add 0.040 -> 0.070 ms."""
+    into its reader. Scheduled on its own it would be one more pass over the tensor."""
     written = [region.source for region in sch.get(producer.block_rv).writes]
     reads = [region.source for region in sch.get(main.block_rv).reads]
     if any(w.same_as(r) for w in written for r in reads):
@@ -164,16 +153,10 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
     V registers for the weight vectors (R*V + V <= ``registers``; the activation broadcasts
     fold into the multiply-adds' memory operands), with V up to 4 blocks of channels and R up
     to ``max_rows`` (16) rows, each dividing its axis; R*V at most ``accumulators`` when given
-    (guarded taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block (with
-    one, every broadcast feeds a single multiply-add: UNet's 128-wide 3x3 convs ran 16x1
-    3.55 / 3.26 ms, 8x2 3.43 / 3.05), then to more rows (each weight vector is then reused
-    more).
-
-    Taking V first (4 when it divides) left ResNet-18's 7x7 layers with R=1 (7 has no divisor
-    <= 6): 768 GOP/s against 1800 for the 56x56 ones (aotc profile). Capping the tile at 24
-    accumulators and 8 rows left the 3x3 convs at 7x2 where 14x2 runs 5-7% faster (56x56x64:
-    0.81 -> 0.76 ms, 28x28x128 0.81 -> 0.76, 14x14x256 0.83 -> 0.79; 2 threads,
-    time_evaluator)."""
+    (guarded taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block
+    (with one, every broadcast feeds a single multiply-add), then to more rows (each weight
+    vector is then reused more). Rows are chosen with the blocks, not after them: taking V
+    first can leave an odd row count (7) with one-row tiles."""
     best = (1, 1)
     for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
         if channel_blocks % blocks:
@@ -213,11 +196,9 @@ class PackedDot(ScheduleRule):
             return None
         # Float32 kernels of a short reduction (the 3-channel stem) read their zero padding
         # through guards, as depthwise ones do: the padded copy of a 3-channel image is a
-        # scalar loop. MobileNetV2's stem (3x3/2, 3 -> 32): 0.225 -> 0.068 ms timed alone,
-        # as fast as on a pre-padded input; with 28 accumulators instead of 14, 0.155 (the
-        # spills of cpu_contraction.GUARDED_TILE_ACCUMULATORS). A tensorized tile (int8 on
-        # VNNI, bf16) cannot take guarded loads; a long reduction (ResNet-18's 7x7 stem, 147)
-        # gained nothing (0.80 -> 0.81 ms).
+        # scalar loop. The tile is capped as guarded depthwise tiles are (the spills of
+        # cpu_contraction.GUARDED_TILE_ACCUMULATORS). A tensorized tile (int8 on VNNI, bf16)
+        # cannot take guarded loads; a long reduction keeps its padded copy (no gain).
         accumulators = None
         if intrinsic[0] is None and inline_padding(sch, main, infos):
             infos = normalize_prim_func(sch)
@@ -320,9 +301,8 @@ class PackedDot(ScheduleRule):
 
 def _vectorize_write_back(sch: s_tir.Schedule, write_back, lanes: int) -> None:
     """Vectorize the tile's write-back; one accumulator vector at a time where it writes
-    integers narrower than the accumulators. A 48-lane uint8 write-back (three channel
-    blocks of MobileNetV2's 24->144 expand) had LLVM rebuild the per-channel bias vector lane by
-    lane on every row (vpinsrd from the stack): 0.119 ms against 0.064 in 16-lane pieces."""
+    integers narrower than the accumulators: a wider narrowing write-back has LLVM rebuild
+    the per-channel bias vector lane by lane on every row (vpinsrd from the stack)."""
     loop = sch.get_loops(write_back)[-1]
     dtype = sch.get(write_back).writes[0].source.dtype
     extent = _extent(sch, loop)

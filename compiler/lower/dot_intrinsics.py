@@ -3,9 +3,9 @@ tensorized onto: u8 x s8 -> s32 (VNNI) and bf16 x bf16 -> f32 (AVX512-BF16).
 
 Why our own: TVM 0.27's ``dot_16x4_vnni`` passes ``vpdpbusd`` two <16 x i32> operands, but the
 LLVM inside the wheel declares the intrinsic with <64 x i8> ones: its codegen fails with "Call
-parameter type does not match function signature" (tried here). Same description (16 int32
+parameter type does not match function signature". Same description (16 int32
 lanes, each the sum of 4 u8 x s8 products), operands reinterpreted as bytes. Importing TVM's
-``tensor_intrin`` package would also parse every backend's intrinsics (~24 s).
+``tensor_intrin`` package would also parse every backend's intrinsics (schedules/intrinsics.py).
 
 bf16: ``vdpbf16ps`` takes <32 x bfloat> operands, a type TVM 0.27's codegen turns into float32
 (tried here: the call then gets <32 x float>). So the operands travel as <16 x i32> and a

@@ -4,9 +4,8 @@ instead of dividing by it.
 Why: TVM lowers ``quantize`` to ``round(x / scale)``, and without fast-math LLVM keeps the
 division: one ``vdivps`` per output vector, ~10 cycles each on AVX-512 against half a cycle for
 a multiply. In an int8 model every layer ends in a quantize (the next layer's input), so the
-division sat in the epilogue of every kernel. MobileNetV2's int8 depthwise 3x3 over
-56x56x144 had 8 divisions against 72 multiply-adds per tile and spent more time dividing
-than convolving (one kernel timed alone, 2 threads: 0.091 -> 0.073 ms).
+division sat in the epilogue of every kernel; a depthwise tile (8 divisions against 72
+multiply-adds) spent more time dividing than convolving.
 
 On LLVM targets the rounding is ``llvm.lrint`` of the clipped value (half to even, as
 ``round``), which x86 converts in one instruction (``vcvtps2dq``, where ``round`` then the

@@ -13,8 +13,7 @@ as 2 bytes a value. The weights are rounded to bfloat16 and packed at compile ti
 
 Which sites: every one (``bytes_per_row`` can keep small weights float32). With the 4-row
 matmul tiles of cpu_dot.MATMUL_TILE_ROWS a bf16 matmul runs at about twice its float32 twin
-on an AVX512-BF16 CPU (Zen 4, 2 threads: 128x3072 @ 3072x768 435 against 221 GFLOP/s;
-1500x2048 @ 2048x512 435 against 222). Rows that no 4-8-row tile divides (ViT's 197 tokens)
+on an AVX512-BF16 CPU (docs/design/measurements.md#compilerquantizebf16py). Rows that no 4-8-row tile divides (ViT's 197 tokens)
 or that are symbolic are padded to blocks of 8, as PrepackWeights pads float32 ones.
 
 What stays float32, and why: depthwise/grouped convolutions (no dot product over channels to

@@ -20,13 +20,9 @@ clip or minimum/maximum with constants) used by this conv alone and W a constant
 quantize into the producer's epilogue; widening_conv.py legalizes the conv with the widening
 before the padding. Depthwise convs with other inputs are left to DepthwiseHalfInput.
 
-Measured (MobileNetV2 int8, engines in separate processes, 8 alternating rounds of 200 runs):
-0.921x of the time with float16 hand-offs (1.572 -> 1.450 ms). It pays only together with
-FoldIntoQuantize, which drops the relu6 the quantize repeats and folds the scales into one
-multiply-add: before it the expand convs' uint8 epilogue (relu6, scale, round, clip) cost
-more than the bytes saved, 1.07x. Each kernel timed alone, the expand convs are still slower
-than their float16 form (the 16->96 one at 112x112: 0.107 -> 0.134 ms; the depthwise ones
-about even): the gain is the smaller tensor between them in the running model.
+It pays only together with FoldIntoQuantize, which drops the relu6 the quantize repeats and
+folds the scales into one multiply-add; without it the expand convs' uint8 epilogue costs
+more than the bytes saved. Measurements: docs/design/measurements.md#compilerquantizedepthwise_byte_inputpy.
 
 Where: quantize phase, after RealizeInt8 and before DepthwiseHalfInput; only when int8 sites
 were annotated (``enabled``)."""

@@ -19,12 +19,7 @@ Where: quantize phase, after RealizeInt8 (the expand conv is already an int8 ker
 DepthwiseByteInput, which gives the convs whose input is clipped to [0, hi] (ReLU6) a uint8
 input instead: this pass takes the others (SiLU, hardswish, unclipped ReLU).
 
-Measured (MobileNetV2 int8, /tmp A/B of two builds, engines in separate processes, 5
-alternating rounds of 100 runs, twice): 1.93 -> 1.90 ms and 2.00 -> 1.88 ms; onnxruntime
-int8 was 1.84 and 1.88 ms in the same rounds. One kernel timed alone (2 threads): stride-2
-3x3 over 112x112x96 0.094 -> 0.049 ms, 28x28x192 0.025 -> 0.022, but 56x56x144 (its float32
-input fits in L2) 0.055 -> 0.064. Only strided ones converted: 1.92 ms, no better.
-"""
+Measurements: docs/design/measurements.md#compilerquantizedepthwise_half_inputpy."""
 
 from __future__ import annotations
 

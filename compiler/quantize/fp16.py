@@ -18,9 +18,8 @@ so the long reductions are where accuracy goes: a site whose reduction is longer
 ``max_reduction`` (default 4608: a 3x3 conv over 512 channels) stays float32 (it is packed
 as float32 then). So do the sites PrepackWeights would not pack at 32 lanes (output channels
 that do not fill blocks of 32, rows without a tile-sized divisor: prepack_weights.packs_well).
-Accuracy against float32 (bench/quantize.py, 2026-12-02): cosine 1.00000 on ResNet-18 and
-MobileNetV2 (top-1 100%), 0.99999 on the BERT encoder, 0.99998 on all-MiniLM-L6-v2's
-embeddings with its real weights; tests/quantize/test_fp16.py checks the kernels and a model.
+tests/quantize/test_fp16.py checks the kernels and a model; accuracy on real models:
+docs/design/measurements.md#compilerquantizefp16py.
 
 What stays float32: depthwise/grouped convolutions, matmuls of two activations (attention),
 normalization, softmax, elementwise ops (as with bf16; quantize/bf16.py says why)."""

@@ -4,11 +4,7 @@ and whose output reaches no other int8 layer. Such a conv (an image model's stem
 float32 depthwise conv or a layer norm) pays for int8 twice, quantizing its input (a pass of
 its own when the input is the model's) and widening its output back, and saves little.
 
-Measured (2 cores, 6 alternating rounds): MobileNetV2 int8 with its stem (3 channels in, a
-float32 depthwise conv after) in float32 ran 0.970x of its time with the stem in int8 (the
-int8 stem 0.112 ms plus its input's transpose-and-quantize 0.041, against 0.078 plus a
-0.017 transpose). ResNet-18's stem (3 channels too) feeds int8 convs through max pool:
-keeping it float32 made the model 1.11x slower, and this rule keeps it int8."""
+Measurements (MobileNetV2's stem faster in float32; ResNet-18's, which feeds int8 convs, slower): docs/design/measurements.md#compilerquantizenarrow_islandspy."""
 
 from __future__ import annotations
 

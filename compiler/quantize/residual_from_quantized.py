@@ -12,10 +12,8 @@ dequantized int8 tensors. So, as there, values outside the calibrated range are 
 the residual path too. Only conv activations are rerouted: transformers' residual streams
 carry outliers that int8 would clip.
 
-Measured (MobileNetV2 int8, engines in separate processes, 10 alternating rounds of 100 runs):
-54 -> 45 kernels, 1.944 -> 1.888 ms (0.980x); ResNet-18 int8 3.54 -> 3.46 ms (0.99x, with
-DepthwiseHalfInput, 5 rounds: no depthwise there, about noise). Needs cpu_dot's inlining of an
-epilogue's side input: scheduled as a pass of its own, the dequantize made MobileNetV2 slower.
+It needs cpu_dot's inlining of an epilogue's side input: scheduled as a pass of its own, the
+dequantize would make the model slower. Measurements: docs/design/measurements.md#compilerquantizeresidual_from_quantizedpy.
 
 Where: quantize phase, between AnnotateInt8 and RealizeInt8 (it looks for the
 quantize/dequantize pairs annotate wrote in front of conv2d sites).

@@ -132,6 +132,5 @@ def clipped_log_ratio(before: float, after: float, bound: float = 2.0) -> float:
 def model_reward(score: float, start_score: float, trust: float) -> float:
     """Inner reward of an edit: the cost model's predicted speed-up over its start (scores:
     higher is faster), scaled by how far the model is trusted. Positive when the model
-    predicts the edit faster. (Until 2026-12-02 this was negated, so the policy learned to
-    make the edits the model predicted slower.)"""
+    predicts the edit faster (tests/test_search_rl.py checks the sign)."""
     return trust * clipped_log_ratio(score, start_score)

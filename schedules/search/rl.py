@@ -23,22 +23,13 @@ of them) plus episodes and fresh samples. The policy object is shared by every t
 (TuneContext clones share it), so what one kernel teaches carries to the next.
 
 Why starts are kept per design space: the default rules' space is the fastest at first, so
-with one shared list of best traces every episode started there and the search stayed in
-its neighbourhood (256 trials on ResNet-18's Winograd matmul, seed 0: 0.166 ms, against the
-evolutionary search's 0.146). Why fresh samples are scored and rollouts go several
-generations deep: the evolutionary search ranks hundreds of samples and mutants with the
-cost model each round; one generation of episodes gave the model ~100. With both (and the
-inner reward's sign fixed, policy.model_reward) the variants tried ended at 0.157-0.172 ms
-over seven runs of that kernel (this form: 0.172); the evolutionary search found 0.144
-there. Timings of one kernel swing ~7% between runs on these VMs. Why the best-scored fresh
-samples are starts too: MetaSchedule's spaces are large and their first measured traces poor;
-edits of those alone stayed near them (the depthwise kernel's MetaSchedule spaces reached
-0.029 ms in 256 trials, 0.016-0.023 with these starts). bench/tuning.py, its schedules
-re-timed side by side (README): in one run RL reached the evolutionary search's best-at-N
-within N/2 trials on two kernels of three at 32, 64 and 256 trials, not at 128 (ratios
-1.01-1.03), the evolutionary search ~15% ahead on the depthwise conv at 256; in the next, with
-median timings, at all four budgets. Both searches' bests at 256 are within ~5% of the default
-rules on these kernels, and the verdicts at 128 and 256 are within this host's noise."""
+with one shared list of best traces every episode would start there and the search stay in its
+neighbourhood. Why fresh samples are scored and rollouts go several generations deep: the
+evolutionary search ranks hundreds of samples and mutants with the cost model each round; one
+generation of episodes gives the model ~100. Why the best-scored fresh samples are starts too:
+MetaSchedule's spaces are large and their first measured traces poor; edits of those alone
+stay near them. How RL and the evolutionary search compare: bench/tuning.py, and
+docs/design/measurements.md#schedulessearchrlpy."""
 
 from __future__ import annotations
 
@@ -340,10 +331,9 @@ class RLSearch(PySearchStrategy):
     def _unseen(self, proposals: list[_Proposal]) -> list[_Proposal]:
         """Proposals for kernels not measured yet, one per kernel within a round. A kernel
         scored in an earlier round and not chosen comes back when an episode reaches it
-        again: the cost model that passed it over has been retrained since. (Until
-        2026-12-03 every kernel ever scored was dropped for good, so the neighbourhood of
-        the measured best ran dry within a few rounds, scored by the least-trained models.)
-        ``novel`` marks a kernel never scored before: a design space whose episodes find
+        again: the cost model that passed it over has been retrained since (dropped for good,
+        the neighbourhood of the measured best would run dry within a few rounds, judged by
+        the least-trained models). ``novel`` marks a kernel never scored before: a design space whose episodes find
         none is spent for the next round."""
         out = []
         for proposal in proposals:

@@ -4,8 +4,8 @@ grouped into one Relax function, which LegalizeOps and FuseTIR turn into one ker
 never written: each parallel task keeps a few rows of scores in L1).
 
 Why: FuseOps cuts attention into three kernels (scores, softmax, weighted sum) that write and
-re-read the whole (heads x queries x keys) score matrix twice; on the ViT-style encoder (197
-tokens) they ran at 64-97 GFLOP/s against ~190 for its projections.
+re-read the whole (heads x queries x keys) score matrix twice, so they run at half the rate of
+the projections around them.
 
 The key length is first padded to a multiple of 16 floats (one AVX-512 register) when it is
 not one: K and V get zero rows, and the scores of the padded keys get the lowest float32 added,

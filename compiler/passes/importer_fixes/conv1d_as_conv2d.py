@@ -2,8 +2,8 @@
 ``squeeze(conv2d(expand_dims(x, 2), expand_dims(w, 2)), 2)``.
 
 Why: the layout conversion, the packed kernels (PrepackWeights) and their schedules know
-conv2d only; conv1d reached ``Contraction`` unpacked in NCW (Whisper's audio stem, 512 -> 512
-channels, kernel 3, over 3,000 frames: 60 GFLOP/s where its packed conv2d twins run at 200+).
+conv2d only; conv1d reached ``Contraction`` unpacked in NCW, at a third of the rate of its
+packed conv2d twins.
 Speech and time-series models (Whisper, wav2vec 2.0, temporal CNNs) open with such layers.
 
 Where: with the importer clean-ups, before the layout conversion. Constant weights fold to

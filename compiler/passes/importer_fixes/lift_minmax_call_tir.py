@@ -3,7 +3,7 @@
 
 Why: TVM 0.27's ONNX importer lowers ``Clip`` (ReLU6 in every MobileNet) straight to TE
 PrimFuncs. ``ConvertLayout`` cannot see through a call_tir, so in an NHWC graph every ReLU6
-was wrapped in two transposes (measured: 12 such kernels, ~4 ms of MobileNetV2's run here).
+was wrapped in two transposes.
 As Relax ops they are layout-agnostic elementwise ops and fuse into the conv epilogue.
 
 Where: right after import, before ``ConvertLayout``. Recognises the PrimFunc by structure (one

@@ -2,8 +2,8 @@
 
 Why: TVM 0.27's ONNX importer broadcasts every input of a variadic op (``Sum``, ``Max``...) to
 the common shape, even when all shapes already agree. ConvertLayout does not convert
-broadcast_to, so in an NHWC graph each one was wrapped in transposes: light ResNet-50's residual
-joins cost ~4 ms of kernels per run for nothing.
+broadcast_to, so in an NHWC graph each one is wrapped in transposes: kernels that run for
+nothing at every residual join.
 
 Where: with the other importer clean-ups, before ``ConvertLayoutNHWC``. Only exact identities
 (statically equal shapes) are removed; real broadcasts stay.

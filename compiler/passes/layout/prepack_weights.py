@@ -4,12 +4,9 @@ compile time as ``[OC/L, KH, KW, IC, L]`` / ``[N/L, K, L]``, L = the target's fl
 
 Why: with HWIO / [K, N] weights, each reduction step of a register tile reads L floats of a
 different row, ``OC`` floats apart: for weights past the L2 cache that is one page per step,
-and the kernels ran at 108-162 GFLOP/s where the cache-resident ones reached 300. Packed,
-a tile streams its weight block in order (2 threads here, /tmp/proto time_evaluator, fp32
-HWIO / packed, GFLOP/s): BERT's 768x3072 matmul 133 / 315 and 3072x768 108 / 326, ResNet's
-3x3 convs 14x14x256 162 / 337 and 7x7x512 124 / 306, a 512x1000 classifier 33 / 99; the
-cache-resident ones about the same (56x56x64 conv 300 / 307, 1x1 conv 64->256 at 56x56
-227 / 257). Results are bit-identical: the same products summed in the same order.
+and such kernels run at half the rate of cache-resident ones. Packed, a tile streams its
+weight block in order (docs/design/measurements.md#compilerpasseslayoutprepack_weightspy). Results are bit-identical: the same products
+summed in the same order.
 
 Where it sits: after the quantize phase (int8 and bf16 take their sites first: what is left
 as float32 conv/matmul is packed here), before lowering, whose FoldConstant would otherwise
@@ -82,9 +79,7 @@ def reads_nchw_in_place(site: Site) -> bool:
     """Whether the conv2d ``site`` may read an NCHW input in place: few channels, and a
     reduction short enough that the schedule reads its input through guards rather than a
     padded copy (cpu_contraction.INLINE_PRODUCERS_MAX_REDUCTION). With a padded copy the
-    transpose only moves into that copy: ResNet-18's 7x7 stem (147 products) went 1.39 ->
-    1.42 ms with the 0.065 ms transpose gone (`aotc profile`, this AMD host), within noise;
-    such stems keep the transpose."""
+    transpose only moves into that copy, so such stems keep the transpose."""
     if site_kind(site) != "conv2d":
         return False
     kh, kw, channels = (int(d) for d in site.call.args[1].value.shape[:3])
@@ -188,9 +183,7 @@ class PrepackWeights:
 
     A short conv of an image in NCHW (the model's input; ConvertLayoutNHWC put a transpose
     before it) reads the image in place, through the kernel's padding block: the transpose was
-    a kernel of its own, one more pass over the image. MobileNetV2's 3x3 stem (`aotc profile`,
-    this AMD host, 2 runs): stem 0.117 / 0.119 ms reading NCHW against 0.121 / 0.122 reading
-    the transpose, whose kernel took 0.065 (3.7% of the int8 model's kernel time)."""
+    a kernel of its own, one more pass over the image."""
 
     def __init__(self, lanes: int | None):
         self.lanes = lanes

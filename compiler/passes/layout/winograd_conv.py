@@ -14,10 +14,8 @@ at least ``_MIN_CHANNELS`` input channels (fewer: the matmul's reduction is too 
 for the transforms; not measured below 16) and at least ``_MIN_TILES`` output tiles. Each
 transformed weight, (m+2)^2/9 times the size of the direct one, is used once per tile: with
 few tiles the matmul streams more weight bytes than it computes on. Timed alone the weights
-stay in L2 and every layer gains; end to end they do not. ResNet-18 against onnxruntime
-(A/B, 4-5 rounds): direct 1.12x, Winograd at 56x56 only 0.98x, also at 28x28 (49 tiles of 4)
-0.89x, also at 14x14 (49 tiles of 2) 0.80-0.86x, also at 7x7 (16 tiles of 2, 16.8 MB of
-weights a layer) 0.86x; with 16 tiles of 4 at 14x14 too, 0.86x. Tile size: m=4 where that
+stay in L2 and every layer gains; end to end they do not (docs/design/measurements.md#compilerpasseslayoutwinograd_convpy).
+Tile size: m=4 where that
 leaves ``_MIN_TILES`` tiles, else m=2 where that does. Sits in the pack phase before
 PrepackWeights (which packs the direct convs left), after the quantize phase (int8, bf16 and
 fp16 take their sites first)."""
@@ -92,7 +90,7 @@ _OPAQUE = 8
 def _unfusable_inputs(mod: tvm.IRModule) -> tvm.IRModule:
     """The input transforms marked opaque. Left injective, FuseOps fused each into the
     previous conv's output transform (injective too), which then recomputed that transform
-    for every tap it read: ResNet-18's 56x56 pair ran 2.3 ms instead of 0.06."""
+    for every tap it read."""
     for gv, func in list(mod.functions_items()):
         if gv.name_hint.startswith("winograd_input") and isinstance(func, tvm.tirx.PrimFunc):
             mod[gv] = func.with_attr("op_pattern", _OPAQUE)
