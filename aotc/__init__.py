@@ -6,7 +6,7 @@
     outputs = model(input=x)
 """
 
-from .api import compile, load, tune  # pylint: disable=redefined-builtin
+from .api import compile, load, tune
 from .options import CompileOptions, QuantizeOptions
 
 __version__ = "0.1.0"

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
-def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # pylint: disable=redefined-builtin
+def compile(model, target: str = "x86", output: str | Path = "model.so", *,
             input_shapes: dict[str, tuple[int, ...]] | None = None, example_inputs=None,
             dump_ir: str | Path | None = None, options=None,
             tuning_logs: list[str | Path] | None = None, shipped_logs: bool = True,
@@ -28,9 +28,9 @@ def compile(model, target: str = "x86", output: str | Path = "model.so", *,  # p
 
     from aotc import settings
     from aotc.compiler import build, import_model
-    from aotc.options import CompileOptions
     from aotc.compiler.build import check_toolchain
     from aotc.compiler.pipeline import check_options
+    from aotc.options import CompileOptions
 
     options = options or CompileOptions()
     if precision is not None:
@@ -227,9 +227,10 @@ def tune(model, target: str = "x86", trials: int | None = 64,
     if rpc is not None:  # before TVM loads: a dead tracker is reported in seconds
         from aotc.farm import check_tracker
         check_tracker(rpc)
-    from aotc.schedules import target_key
     from aotc.schedules import log as tuning_log
-    from aotc.schedules.tune import Budget, tune as run_tuner
+    from aotc.schedules import target_key
+    from aotc.schedules.tune import Budget
+    from aotc.schedules.tune import tune as run_tuner
 
     measurement = _measurement(target, rpc, key, rpc_timeout, measure, options)  # in seconds
     say = progress or (lambda _msg: None)
@@ -278,13 +279,12 @@ def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_input
     as a function of one kernel, which tuned schedules are timed against."""
     import tvm
 
+    from aotc import settings
     from aotc.compiler import import_model
     from aotc.compiler.lower import default_schedule_pass
     from aotc.compiler.pipeline import run_phases
     from aotc.options import CompileOptions
     from aotc.schedules import extract_tasks
-
-    from aotc import settings
     # Time candidates with the thread count compiled models run with (every allowed core;
     # TVM's own default is half of them): set before anything starts TVM's thread pool, and
     # inherited by MetaSchedule's runner processes.

@@ -77,7 +77,8 @@ def time_callable(fn, settings: MeasureSettings = BENCH, warmup: int = 5) -> lis
     for _ in range(warmup):
         fn()
     flush = np.zeros(_FLUSH_BYTES // 8) if settings.cache_flush else None
-    number, samples = settings.number, []
+    number = settings.number
+    samples: list[float] = []
     while len(samples) < settings.repeat:
         if flush is not None:
             flush += 1.0  # touches every line: the model's weights and activations leave the caches
@@ -95,7 +96,7 @@ def time_callable(fn, settings: MeasureSettings = BENCH, warmup: int = 5) -> lis
 def onnxruntime_session(onnx_path: str, threads: int | None = None):
     """onnxruntime as users get it (default session options, its own thread count) unless a
     thread count is asked for."""
-    import onnxruntime as ort  # pylint: disable=import-outside-toplevel
+    import onnxruntime as ort
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = threads
@@ -108,9 +109,8 @@ def run_bench(artifact: str, onnx_path: str | None = None, runs: int | None = No
     if runs is not None:
         settings = dataclasses.replace(settings, repeat=runs)
     from aotc.runtime import load
-    from aotc.runtime.inputs import random_inputs
-
     from aotc.runtime._tvm_runtime import num_threads
+    from aotc.runtime.inputs import random_inputs
 
     model = load(artifact)
     feed = random_inputs(model.signature)

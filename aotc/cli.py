@@ -14,7 +14,8 @@ import click
 
 from aotc import settings
 from aotc.errors import AotcError
-from aotc.measure_settings import BENCH as BENCH_MEASURE, TUNE as TUNE_MEASURE
+from aotc.measure_settings import BENCH as BENCH_MEASURE
+from aotc.measure_settings import TUNE as TUNE_MEASURE
 from aotc.options import CALIBRATION_METHODS, PRECISIONS, QUANTIZE_MODES
 
 
@@ -59,7 +60,7 @@ def _guard(func):
             raise
         except AotcError as err:
             _fail(err)
-        except Exception as err:  # pylint: disable=broad-except
+        except Exception as err:
             _fail(RuntimeError(f"internal error ({type(err).__name__}): {err}"))
     wrapper.__name__ = func.__name__
     wrapper.__doc__ = func.__doc__
@@ -161,8 +162,12 @@ def compile_cmd(model, target, output, input_shape, input_range, buckets, kv_cap
                 precision, **quantize):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
-    from aotc.compiler.frontends.shapes import (parse_bind, parse_buckets, parse_input_range,
-                                                parse_input_shape)
+    from aotc.compiler.frontends.shapes import (
+        parse_bind,
+        parse_buckets,
+        parse_input_range,
+        parse_input_shape,
+    )
     from aotc.options import CompileOptions
 
     shapes = dict(parse_input_shape(s) for s in input_shape)
@@ -219,8 +224,10 @@ def measure_options(defaults, repeat_names=("--repeat",)):
                          type=click.IntRange(1), default=defaults.repeat, show_default=True,
                          help="Measurements."),
             click.option("--min-repeat-ms", type=click.IntRange(0), default=defaults.min_repeat_ms,
-                         show_default=True, help="Grow --number until one measurement lasts this long."),
-            click.option("--cache-flush", is_flag=True, help="Flush CPU caches before each measurement."),
+                         show_default=True,
+                         help="Grow --number until one measurement lasts this long."),
+            click.option("--cache-flush", is_flag=True,
+                         help="Flush CPU caches before each measurement."),
         ]
         for option in reversed(options):
             command = option(command)
@@ -474,7 +481,8 @@ def package_cmd(artifact, output, farm_server):
     to run on a machine without Python (bin/aotc-run)."""
     from aotc.package import package
     bundle = package(artifact, output, farm_server=farm_server)
-    click.echo(f"wrote {bundle.folder} ({bundle.arch}): runtime {bundle.runtime_bytes / 1e6:.1f} MB "
+    click.echo(f"wrote {bundle.folder} ({bundle.arch}): "
+               f"runtime {bundle.runtime_bytes / 1e6:.1f} MB "
                f"+ model {bundle.model_bytes / 1e6:.1f} MB")
     click.echo(f"run: {bundle.runner} {bundle.model.relative_to(bundle.folder)} --runs 10")
 
@@ -507,7 +515,8 @@ def farm_tracker_cmd(host, port):
 @click.option("--port", default=9300, show_default=True, type=int,
               help="First port to try (the next free one of 100 is used).")
 @click.option("--cpp", is_flag=True,
-              help="Serve with aotc's C++ server (libtvm_runtime only) instead of TVM's Python one.")
+              help="Serve with aotc's C++ server (libtvm_runtime only) instead of TVM's "
+                   "Python one.")
 @click.option("--arch", help="Serve as a board of this architecture (e.g. aarch64): the C++ "
                              "server for it, under its emulator when foreign (qemu-aarch64).")
 @_guard

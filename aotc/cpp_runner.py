@@ -20,7 +20,16 @@ from aotc.errors import AotcError
 from . import runtime_libs
 
 # runtime/cpp in a checkout, aotc/runtime/cpp in an installed wheel: found without importing
-SOURCE = Path(list(importlib.util.find_spec("aotc.runtime").submodule_search_locations)[0]) / "cpp"
+
+
+def _runtime_package() -> Path:
+    spec = importlib.util.find_spec("aotc.runtime")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("aotc.runtime is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+SOURCE = _runtime_package() / "cpp"
 # architecture -> (CMake toolchain file in runtime/cpp, or None for the host; emulator command)
 CROSS = {"aarch64": ("aarch64-toolchain.cmake", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])}
 
@@ -45,7 +54,8 @@ def launcher(arch: str) -> list[str]:
         raise RunnerBuildError(f"cannot run {arch} programs on this {platform.machine()} machine")
     emulator = CROSS[arch][1]
     if shutil.which(emulator[0]) is None:
-        raise RunnerBuildError(f"{emulator[0]} not found (apt install qemu-user) to run {arch} code")
+        raise RunnerBuildError(f"{emulator[0]} not found (apt install qemu-user) to run "
+                               f"{arch} code")
     return list(emulator)
 
 

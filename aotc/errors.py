@@ -44,7 +44,8 @@ class TrackerUnreachable(FarmError):
 
 # Lines of a TVM error that never say what went wrong: TVMScript's trailer, the caret and gutter
 # lines of a DiagnosticError, and the backtrace hint.
-_NOISE_PREFIXES = ("# Metadata omitted", "note: run with", "-->", "|", "^", "File ", "Traceback (most recent")
+_NOISE_PREFIXES = ("# Metadata omitted", "note: run with", "-->", "|", "^", "File ",
+                   "Traceback (most recent")
 
 
 def meaningful_line(err: BaseException) -> str:
@@ -57,7 +58,7 @@ def meaningful_line(err: BaseException) -> str:
     lines = [line for line in lines if line and not line.startswith(_NOISE_PREFIXES)]
     for i, line in enumerate(lines):
         if line.startswith("error:"):
-            detail = [l for l in lines[i + 1:] if l.startswith("Traceback:")]
+            detail = [rest for rest in lines[i + 1:] if rest.startswith("Traceback:")]
             return line[len("error:"):].strip() + (f" ({detail[0]})" if detail else "")
     for i, line in enumerate(lines):
         # "CodeGenVM cannot emit ... Offending call:\nR.where(...)": the sentence, then the call

@@ -75,7 +75,7 @@ def start_cpp_server(tracker: str, key: str, arch: str | None = None, host: str 
                      port: int = 9300, log=None) -> FarmProcess:
     """The C++ server (runtime/cpp/tools/aotc_rpc_server.cc) for ``arch``: a board without
     Python; a foreign architecture runs here under its emulator (qemu-aarch64)."""
-    from aotc import cpp_runner  # pylint: disable=import-outside-toplevel
+    from aotc import cpp_runner
     arch = arch or platform.machine()
     binary = cpp_runner.build(arch).parent / "aotc-rpc-server"
     command = [*cpp_runner.launcher(arch), str(binary), "--tracker", tracker,
@@ -180,7 +180,7 @@ class LoopbackFarm:
     trying a farm out, the tests and bench/farm.py). ``stop()`` ends every process group."""
 
     def __init__(self, servers: int, key: str = "x86", host: str = "127.0.0.1"):
-        from aotc.schedules.farm import Farm, servers_of, summary  # pylint: disable=import-outside-toplevel
+        from aotc.schedules.farm import Farm, servers_of, summary
         self.host, self.port, self.key = host, free_port(host), key
         self.tracker = start_tracker(host, self.port)
         self.servers: list[FarmProcess] = []

@@ -38,8 +38,8 @@ class _Deadline:
 
 def install_deadline() -> None:
     """Wrap tvm.rpc.server's listen loop and session start (in the process that serves)."""
-    import tvm.rpc.server as server  # pylint: disable=import-outside-toplevel
-    listen, serving = server._listen_loop, server._serving  # pylint: disable=protected-access
+    import tvm.rpc.server as server
+    listen, serving = server._listen_loop, server._serving
 
     def listen_with_deadline(sock, *args):
         return listen(_Deadline(sock), *args)
@@ -48,8 +48,8 @@ def install_deadline() -> None:
         sock.settimeout(None)
         return serving(sock, *args)
 
-    server._listen_loop = listen_with_deadline  # pylint: disable=protected-access
-    server._serving = serving_without_deadline  # pylint: disable=protected-access
+    server._listen_loop = listen_with_deadline
+    server._serving = serving_without_deadline
 
 
 def main(argv=None) -> None:
@@ -60,7 +60,7 @@ def main(argv=None) -> None:
     parser.add_argument("--tracker", required=True, help="HOST:PORT")
     parser.add_argument("--key", required=True)
     args = parser.parse_args(argv)
-    from tvm import rpc  # pylint: disable=import-outside-toplevel
+    from tvm import rpc
     host, _, port = args.tracker.rpartition(":")
     server = rpc.Server(args.host, args.port, args.port_end, key=args.key,
                         tracker_addr=(host, int(port)), server_init_callback=install_deadline)

@@ -48,7 +48,8 @@ class QuantizeOptions:
         if self.mode == "int8" and self.calibration is None:
             raise ValueError("int8 quantization needs calibration samples (or use int8-dynamic)")
         if self.method not in CALIBRATION_METHODS:
-            raise ValueError(f"calibration method must be one of {CALIBRATION_METHODS}, got {self.method!r}")
+            raise ValueError(f"calibration method must be one of {CALIBRATION_METHODS}, "
+                             f"got {self.method!r}")
         if not 50.0 < self.percentile <= 100.0:
             raise ValueError(f"percentile must be in (50, 100], got {self.percentile}")
         object.__setattr__(self, "skip_layers", tuple(self.skip_layers))
@@ -67,7 +68,8 @@ class CompileOptions:
     explain: record, pass by pass, the time and what changed (ops, kernels).
     dump_ir: a folder; the IR after every pass is written there.
     int8_ranges: site name (compiler/contraction_sites.py) -> (low, high) of its activation, as
-        calibration measured it, or DYNAMIC (measured on every run) (aotc.compile(quantize=...) fills it): those contractions run
+        calibration measured it, or DYNAMIC (measured on every run) (aotc.compile(quantize=...)
+        fills it): those contractions run
         in int8. None: float32.
     schedules: where tuned schedules come from (``aotc.schedules.TunedSchedules``, made from
         tuning logs by ``aotc.compile(tuning_logs=...)``): asked first for every kernel, the

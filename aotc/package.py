@@ -69,7 +69,8 @@ def package(model: str | Path, output: str | Path, farm_server: bool = False) ->
 
 
 def _readme(name: str, meta: dict, arch: str, farm_server: bool) -> str:
-    inputs = "\n".join(f"- `{t['name']}`: {t['dtype']}{t['shape']}" for t in meta["signature"]["inputs"])
+    inputs = "\n".join(f"- `{t['name']}`: {t['dtype']}{t['shape']}"
+                       for t in meta["signature"]["inputs"])
     first = meta["signature"]["inputs"][0]["name"] if meta["signature"]["inputs"] else "x"
     return f"""# {name} (aotc bundle, {arch}, target {meta['target']['name']})
 

@@ -107,6 +107,11 @@ def _downloaded(arch: str) -> RuntimeLibs:
     return libs
 
 
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
 def _download(arch: str, folder: Path) -> None:
     wheels = folder / "wheels"
     pins = [f"{p}=={importlib.metadata.version(p)}" for p in PACKAGES]
@@ -116,7 +121,7 @@ def _download(arch: str, folder: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeUnavailable(f"could not download the {arch} TVM runtime ({' '.join(pins)}): "
-                                 f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'pip failed'}")
+                                 f"{_last_line(done.stderr) or 'pip failed'}")
     for wheel in wheels.glob("*.whl"):
         with zipfile.ZipFile(wheel) as archive:
             for member in set(archive.namelist()) & set(_MEMBERS.values()):

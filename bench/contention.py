@@ -208,7 +208,8 @@ def main() -> None:
         quota.close()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    host = {"machine": platform.machine(), "cpu": _cpu_name(), "cores": len(os.sched_getaffinity(0))}
+    host = {"machine": platform.machine(), "cpu": _cpu_name(),
+            "cores": len(os.sched_getaffinity(0))}
     out.write_text(json.dumps({"host": host, "command": " ".join(["python", *sys.argv]),
                                "quota": quota.kind, "rounds": args.rounds,
                                "runs": args.runs, "rows": rows}, indent=2))
@@ -220,7 +221,8 @@ def main() -> None:
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor()
 

@@ -62,9 +62,14 @@ def bench_model(name: str, folder: Path, rounds: int, runs: int) -> dict:
     for r in range(rounds):
         for engine in (("python", "cpp") if r % 2 == 0 else ("cpp", "python")):
             results[engine].append(one_round(engine, so, bundle.runner, runs))
-    ratio = lambda key: statistics.median(c[key] / p[key] for c, p in zip(results["cpp"], results["python"]))
-    med = lambda engine, key: statistics.median(x[key] for x in results[engine])
-    return {"model": name, "rounds": results, "bundle_runtime_mb": round(bundle.runtime_bytes / 1e6, 2),
+
+    def ratio(key):
+        return statistics.median(c[key] / p[key] for c, p in zip(results["cpp"], results["python"]))
+
+    def med(engine, key):
+        return statistics.median(x[key] for x in results[engine])
+    return {"model": name, "rounds": results,
+            "bundle_runtime_mb": round(bundle.runtime_bytes / 1e6, 2),
             **{f"{e}_{k}": round(med(e, k), 3) for e in results for k in ("startup_ms", "p50_ms")},
             "startup_ratio_cpp_over_python": round(ratio("startup_ms"), 3),
             "p50_ratio_cpp_over_python": round(ratio("p50_ms"), 3)}
@@ -86,7 +91,8 @@ def main() -> None:
               f"{r['startup_ratio_cpp_over_python']:6.2f} {r['python_p50_ms']:10.3f} "
               f"{r['cpp_p50_ms']:10.3f} {r['p50_ratio_cpp_over_python']:6.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"rounds": args.rounds, "runs": args.runs, "rows": rows}, indent=1))
+    args.out.write_text(json.dumps({"rounds": args.rounds, "runs": args.runs, "rows": rows},
+                                   indent=1))
     print(f"wrote {args.out}")
 
 

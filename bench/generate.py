@@ -103,7 +103,8 @@ def worker_script(engine: str, paths: dict, new: int, past_shapes: dict) -> str:
     else:
         load = _ORT_LOAD if engine == "onnxruntime" else _OV_LOAD
         hint = {"INFERENCE_PRECISION_HINT": "f32"} if engine == "openvino_fp32" else {}
-        script = load.replace("PRECISION_CONFIG", repr(hint)) + _PEER.replace("PAST", repr(past_shapes))
+        script = (load.replace("PRECISION_CONFIG", repr(hint))
+                  + _PEER.replace("PAST", repr(past_shapes)))
     script = script.replace("ARTIFACT", repr(str(paths.get(engine, "")))).replace(
         "ONNX", repr(str(paths["onnx"]))).replace("PROMPT", repr(str(paths["prompt"])))
     return script.replace("NEW", str(new))

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import median_ms_in_subprocess  # noqa: E402  pylint: disable=wrong-import-position
+from bench_models import median_ms_in_subprocess  # noqa: E402
 
 TIMER = """
 import sys, time, numpy as np, aotc
@@ -37,7 +37,7 @@ print(np.median(t) * 1e3)
 
 def model_path(name: str, work: Path) -> Path:
     import onnx
-    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    light = Path(onnx.__file__).parent / "backend/test/data/light" / f"light_{name}.onnx"
     if light.is_file():
         return light
     from aotc.examples.export_onnx import export

@@ -1,7 +1,8 @@
 """What aotc's pipeline is worth against TVM's default one, and each pass within it.
 
     python bench/passes.py [--models resnet18,mobilenetv2,bert,vit,light_resnet50] [--rounds 3]
-        [--runs 10] [--passes FoldChannelAffine,ConvertLayoutNHWC,...] [--out bench/results/passes.json]
+        [--runs 10] [--passes FoldChannelAffine,ConvertLayoutNHWC,...] [--out
+        bench/results/passes.json]
 
 Per model, builds: TVM's default pipeline on aotc's imported Relax (``relax.build`` with
 ``relax_pipeline="default"``: legalize, fuse, no schedules), aotc at its default level, and
@@ -22,10 +23,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import median_ms_in_subprocess, source_model  # noqa: E402  pylint: disable=wrong-import-position
+from bench_models import median_ms_in_subprocess, source_model  # noqa: E402
 
-DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseAttention,PrepackWeights,FuseOps,ApplyRulesSafely,"
-                  "VectorMath,FoldConstantsNumpy")
+DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseAttention,PrepackWeights,FuseOps,"
+                  "ApplyRulesSafely,VectorMath,FoldConstantsNumpy")
 TIMER = """
 import json, sys, time, numpy as np
 kind, path, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -235,6 +235,7 @@ def kernel_class(name: str) -> str:
 def bench_model(name: str, work: Path, engines: list[str], rounds: int, runs: int) -> dict:
     import numpy as np
     import torch
+
     from aotc.examples import standard
     onnx_path = standard.export(name, work)
     module, inputs = standard.build(name)

@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_models import bench_all, median_ms_in_subprocess, source_model  # noqa: E402
 
+
 def _half_precisions() -> tuple[str, ...]:
     """The half precisions this host's x86 preset can compile and run."""
     from aotc.errors import TargetError
@@ -89,6 +90,7 @@ def _onnx(name: str, work: Path) -> Path:
     if name != "minilm":
         return source_model(name, work)
     import torch
+
     from aotc.examples import minilm
     path = work / "minilm.onnx"
     ids, mask = minilm.WordPiece()(minilm.SENTENCES[0])
@@ -100,8 +102,13 @@ def _onnx(name: str, work: Path) -> Path:
 
 
 def _ort_int8(name: str, onnx_path: Path, calibration: list[dict]) -> Path:
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_dynamic, quantize_static)
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
     out = onnx_path.with_name(onnx_path.stem + ".ort_int8.onnx")
     if name in TRANSFORMERS:
         quantize_dynamic(str(onnx_path), str(out), weight_type=QuantType.QInt8)
@@ -121,6 +128,7 @@ def _ort_int8(name: str, onnx_path: Path, calibration: list[dict]) -> Path:
 
 def _ort_accuracy(fp32: Path, int8: Path, held_out: list[dict]) -> dict:
     import onnxruntime as ort
+
     from aotc.compiler.quantize.report import output_errors
     runs = [[ort.InferenceSession(str(p)).run(None, f) for f in held_out] for p in (fp32, int8)]
     return output_errors(["output"], [[r[0]] for r in runs[0]], [[r[0]] for r in runs[1]])[0]

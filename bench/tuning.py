@@ -27,9 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import sys
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -175,7 +175,8 @@ def main() -> None:
                              "kernel's run (the next kernel in --tasks, same seed).")
     args = parser.parse_args()
     if args.replot:
-        print(f"wrote {_plot(json.loads(Path(args.replot).read_text())['runs'], Path(args.replot).with_suffix('.png'))}")
+        replot = Path(args.replot)
+        print(f"wrote {_plot(json.loads(replot.read_text())['runs'], replot.with_suffix('.png'))}")
         return
     budgets = [int(b) for b in args.budgets.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -232,8 +233,8 @@ def add_retimed_verdicts(rows: list[dict], retimed: list[dict]) -> None:
 
 
 def warm_start_main(names: list[str], seeds: list[int], budgets: list[int], out: Path) -> None:
-    """Does a cost model trained on other kernels (what ``<log>.costmodel.npz`` carries to the next run)
-    help? RL cold on every kernel, keeping each run's model; then RL on each kernel again,
+    """Does a cost model trained on other kernels (what ``<log>.costmodel.npz`` carries to the
+    next run) help? RL cold on every kernel, keeping each run's model; then RL on each kernel again,
     starting from the model of the next kernel's cold run."""
     from aotc.schedules.report import best_at
     found = find_tasks(names)

@@ -136,8 +136,8 @@ def symbolic_costs(executable, signature: ModelSignature, table: dict,
     """Bucket key -> time of the symbolic entry / time of the bucket's entry, both at the
     bucket's size (medians of ``runs``, as aotc profile times), measured with ``executable``
     in this process (a CPU target)."""
-    from aotc.runtime import loops  # pylint: disable=import-outside-toplevel
-    from aotc.runtime._tvm_runtime import tvm_ffi  # pylint: disable=import-outside-toplevel
+    from aotc.runtime import loops
+    from aotc.runtime._tvm_runtime import tvm_ffi
     loops.register(tvm_ffi())  # a model with a Loop calls it
     vm = relax.VirtualMachine(executable, tvm.cpu())
     costs = {}
@@ -145,7 +145,7 @@ def symbolic_costs(executable, signature: ModelSignature, table: dict,
         feed = _feed(signature, dict(table["sizes"][key]))
         args = [tvm.runtime.tensor(np.ascontiguousarray(feed[spec.name]))
                 for spec in signature.inputs]
-        times = {name: median_ms(lambda f=vm[name]: f(*args), runs)
+        times = {name: median_ms(lambda f=vm[name], a=args: f(*a), runs)
                  for name in (entry, "main")}
         costs[key] = round(times["main"] / times[entry], 3)
     return costs

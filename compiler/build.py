@@ -5,29 +5,28 @@ from __future__ import annotations
 import importlib.metadata
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import tvm
 from tvm import relax
-from tvm.support import cc
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 from tvm.relax.backend.cuda import pipeline as cuda_pipeline
+from tvm.support import cc
 
 from aotc.atomic import copy_into_place
-from aotc.runtime import artifact
 from aotc.errors import CompileError, TargetError
-from aotc.targets import TargetSpec, runs_here
-
 from aotc.options import CompileOptions
+from aotc.runtime import artifact
+from aotc.targets import TargetSpec, runs_here
 
 from . import buckets, cuda_codegen, kv_cache, parallel_codegen
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import entry_calls, kernel_table
-from .packed_imports import pack_imports
-from .memory_report import memory_report
 from .lower import tuned_functions, tuning_share, unscheduled_functions
+from .memory_report import memory_report
+from .packed_imports import pack_imports
 from .pipeline import in_phase, run_phases
 from .runtime_deps import check_runtime_only
 

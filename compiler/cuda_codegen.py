@@ -63,7 +63,8 @@ def _compile(code: str) -> bytes:
                str(source)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise CompileError(f"nvcc failed on the generated kernels: {done.stderr.strip()[-1500:]}")
+            raise CompileError("nvcc failed on the generated kernels: "
+                               f"{done.stderr.strip()[-1500:]}")
         return fatbin.read_bytes()
 
 

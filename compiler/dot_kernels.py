@@ -17,7 +17,8 @@ All pack the weights ``[OC/L, ..., IC/G, L, G]`` (L lanes, G products per lane):
 the instruction reads is contiguous, and the schedule (compiler/lower/cpu_dot.py) tensorizes
 (or vectorizes) the two innermost loops onto it. Contiguous blocks are the point even for
 float32: with HWIO weights each step of the reduction reads one 64-byte row of a different
-page; packed, a tile streams its weights in order (docs/design/measurements.md#compilerdot_kernelspy).
+page; packed, a tile streams its weights in order
+(docs/design/measurements.md#compilerdot_kernelspy).
 Channels that do not fill a block are padded: weights with zeros,
 activations with ``pad_value`` (int8: the zero point, so that the zero-point correction,
 computed over the real weights, stays exact; bf16: +0.0). Spatial padding is ``pad_value`` too.

@@ -350,8 +350,8 @@ def table(signature: ModelSignature, roles: Roles, capacity: int) -> dict:
 def verify(path, signature: ModelSignature, generation: dict, rtol=1e-3, atol=1e-4) -> None:
     """Prefill 5 tokens and decode 2 with the library at ``path`` against its ``main`` (past
     tensors of the real lengths); refuse the library when their logits differ."""
-    from aotc.runtime import load  # pylint: disable=import-outside-toplevel
-    from aotc.runtime.generate import with_past_feed  # pylint: disable=import-outside-toplevel
+    from aotc.runtime import load
+    from aotc.runtime.generate import with_past_feed
     model = load(path)
     rng = np.random.default_rng(0)
     vocabulary = next(o.shape[-1] for o in signature.outputs

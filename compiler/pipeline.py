@@ -34,19 +34,19 @@ correctness or loading needs it, and it cannot be disabled.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import tvm
 
 from aotc.errors import AotcError, CompileError, meaningful_line
+from aotc.options import CompileOptions
 from aotc.targets import TargetSpec
 
-from aotc.options import CompileOptions
-
+from . import passes
+from . import quantize as int8
 from .explain import Explanation, PassRecord, kernel_count, op_counts
 from .lower import default_schedule_pass
-from . import passes, quantize as int8
 from .passes.lowering import VECTOR_MATH_LEVEL, VECTOR_MATH_NAME
 from .passes.step import REQUIRED, Step, enabled
 
@@ -80,7 +80,8 @@ def schedule(spec: TargetSpec):
     def steps(_options: CompileOptions) -> list[Step]:
         return [Step(default_schedule_pass(spec, _options.schedules), 1),
                 # after the last FoldConstant, so that nothing folds the result back
-                Step(passes.MaterializeEmptyConstants(), REQUIRED, "TVM cannot load empty constants")]
+                Step(passes.MaterializeEmptyConstants(), REQUIRED,
+                     "TVM cannot load empty constants")]
     return steps
 
 
@@ -156,7 +157,7 @@ def run_phases(mod: tvm.IRModule, spec: TargetSpec, target: tvm.target.Target,
             if on_phase:
                 on_phase(name)
             for pass_ in phase_passes:
-                mod = in_phase(name, lambda p=pass_, m=mod: _run_pass(p, m, name, explanation))
+                mod = in_phase(name, lambda p=pass_, m=mod, n=name: _run_pass(p, m, n, explanation))
                 dump(name, pass_.info.name, mod)
     return mod
 
@@ -192,6 +193,6 @@ def in_phase(name: str, work: Callable[[], object]):
         return work()
     except AotcError:
         raise
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
         raise CompileError(f"compile phase {name!r} failed: "
                            f"{meaningful_line(err) or type(err).__name__}") from err

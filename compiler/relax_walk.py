@@ -5,7 +5,7 @@ nothing to do)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import tvm

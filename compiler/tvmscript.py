@@ -26,15 +26,15 @@ def _prim_func(**options):
 
 
 top_level = SimpleNamespace(prim_func=_prim_func)
-setattr(_prim_func, "dispatch_token", "tirx")
+_prim_func.dispatch_token = "tirx"
 
 
 @contextmanager
 def _frames_without_source():
     original = inspect.stack
 
-    def stack(context: int = 1):  # pylint: disable=unused-argument
-        frames, frame = [], sys._getframe(1)  # pylint: disable=protected-access
+    def stack(context: int = 1):
+        frames, frame = [], sys._getframe(1)
         while frame is not None:
             frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno,
                                             frame.f_code.co_name, None, None))

@@ -3,7 +3,8 @@ an input transform, one batched matmul per transformed position, an output trans
 
 Why: a direct 3x3 conv does 9 multiply-adds per output value and input channel; F(4x4, 3x3)
 does 36/16 = 2.25 (F(2x2, 3x3): 4), plus two transforms that read and write each value once
-(timings against the packed direct kernel: docs/design/measurements.md#compilerwinograd_kernelspy). The price is rounding: the transforms' constants
+(timings against the packed direct kernel: docs/design/measurements.md#compilerwinograd_kernelspy).
+The price is rounding: the transforms' constants
 (up to 8 and 1/24) make float32 results differ from the direct sum by about 1e-5 relative
 (max |diff| 3-6e-5 on outputs of magnitude 4 for m=4; 1e-5 for m=2).
 

@@ -157,7 +157,8 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x, mask):
         b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).reshape(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(self.ln1(x)).reshape(b, s, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
         scores = q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5 + mask
         ctx = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, s, d)
         x = x + self.proj(ctx)

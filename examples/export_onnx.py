@@ -12,10 +12,9 @@ from pathlib import Path
 from . import models
 
 
-
 def export(name: str, folder: str | Path) -> Path:
     """Write ``folder/name.onnx`` (skipped if present) and return its path."""
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
     path = Path(folder) / f"{name}.onnx"
     if path.exists():
         return path

@@ -33,7 +33,8 @@ class BasicBlock(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.down = None
         if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
 
     def forward(self, x):
         identity = x if self.down is None else self.down(x)
@@ -68,7 +69,8 @@ class InvertedResidual(nn.Module):
         hidden = cin * expand
         layers = []
         if expand != 1:
-            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True)]
+            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden),
+                       nn.ReLU6(inplace=True)]
         layers += [
             nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
             nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True),
@@ -94,7 +96,8 @@ class MobileNetV2(nn.Module):
             for i in range(n):
                 layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
                 cin = c
-        layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True)]
+        layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280),
+                   nn.ReLU6(inplace=True)]
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Linear(1280, num_classes)
 

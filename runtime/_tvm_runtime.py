@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aotc import settings
 
-_STATE = {}
+_STATE: dict = {}
 
 
 def package_dir(name: str) -> Path:
@@ -32,7 +32,7 @@ def runtime_library() -> Path:
     return lib
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def runtime_function(symbol: str, argtypes: tuple = ()):
     """A C++ function libtvm_runtime.so exports (TVM_DLL, by its mangled name), as a ctypes
     function returning nothing; None when the library lacks it. Looked up once per process."""
@@ -49,7 +49,7 @@ def _import_tvm_ffi():
     if hide_torch:
         sys.modules["torch"] = None  # makes `import torch` fail fast inside tvm_ffi
     try:
-        import tvm_ffi  # pylint: disable=import-outside-toplevel
+        import tvm_ffi
     finally:
         if hide_torch:
             del sys.modules["torch"]

@@ -78,7 +78,8 @@ def read_metadata(path: str | Path, verify: bool = True) -> dict:
         if verify:
             actual = _digest(memoryview(data), at)
             if actual != stored:
-                raise ArtifactError(f"{path}: integrity check failed (embedded hash {stored[:16]}..., "
+                raise ArtifactError(f"{path}: integrity check failed "
+                                    f"(embedded hash {stored[:16]}..., "
                                     f"file hashes to {actual[:16]}...): the file was modified "
                                     "or corrupted after it was built; rebuild it")
     try:

@@ -51,7 +51,7 @@ def to_numpy(ffi, tensor, want: str | None = None) -> np.ndarray:
     """A numpy array for a TVM output tensor; ``want`` is the signature's dtype for it."""
     name = str(tensor.dtype)
     if want in NARROW_VALUES or want in NARROW_CODES:
-        import ml_dtypes  # pylint: disable=import-outside-toplevel
+        import ml_dtypes
         stored = np.from_dlpack(tensor)
         if want in NARROW_VALUES:
             return stored.astype(getattr(ml_dtypes, want))
@@ -62,7 +62,7 @@ def to_numpy(ffi, tensor, want: str | None = None) -> np.ndarray:
         except (BufferError, RuntimeError, TypeError):
             raise ModelRunError(f"an output of dtype {name} cannot be handed to numpy "
                                 "(no DLPack type, no aotc conversion)") from None
-    import ml_dtypes  # pylint: disable=import-outside-toplevel
+    import ml_dtypes
     raw = _view(ffi)(tensor, tuple(tensor.shape), f"uint{VIEWED[name]}", 0)
     return np.from_dlpack(raw).view(getattr(ml_dtypes, name))
 

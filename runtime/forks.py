@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from aotc.errors import ModelRunError
 
@@ -30,7 +31,7 @@ T = TypeVar("T")
 _RESET_SYMBOL = "_ZN3tvm7runtime9threading15ResetThreadPoolEv"
 _RAN: set[int] = set()     # threads (of this process) whose TVM pool has started
 _STALE: set[int] = set()   # threads whose pool is the parent's and could not be reset
-_LOCKED = weakref.WeakSet()  # objects with a ``_lock`` to replace in a child
+_LOCKED: weakref.WeakSet = weakref.WeakSet()  # objects with a ``_lock`` to replace in a child
 
 
 def run(work: Callable[[], T]) -> T:
@@ -68,7 +69,7 @@ def _after_fork_in_child() -> None:
             reset()
             _RAN.add(me)
     for owner in list(_LOCKED):
-        owner._lock = threading.Lock()  # pylint: disable=protected-access
+        owner._lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

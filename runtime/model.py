@@ -7,6 +7,7 @@ import platform
 import shutil
 import tempfile
 import threading
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import numpy as np
@@ -14,17 +15,15 @@ import numpy as np
 from aotc import settings
 from aotc.errors import ArtifactError, InputMismatchError, ModelRunError, meaningful_line
 
+from . import forks, generate, loops
 from ._tvm_runtime import tvm_ffi
 from .artifact import read_metadata
-from .devices import DEVICES
 from .buffers import TVM_ALIGNMENT, aligned_empty
+from .devices import DEVICES
 from .exotic_dtypes import to_numpy, to_tvm
-from . import loops
-from .signature import ModelSignature, TensorSpec
-from . import forks, generate
 from .parallelism import Parallelism
+from .signature import ModelSignature, TensorSpec
 from .thread_placement import PLACEMENT
-
 
 
 class Model:
@@ -277,7 +276,8 @@ def _load_by_content(ffi, path: Path, digest: str):
         link.unlink(missing_ok=True)  # the mapping stays; the name is no longer needed
 
 
-def check_inputs(signature: ModelSignature, inputs: dict, empty_ok: set[str] = frozenset()
+def check_inputs(signature: ModelSignature, inputs: dict,
+                 empty_ok: AbstractSet[str] = frozenset()
                  ) -> tuple[list[np.ndarray], dict[str, int]]:
     """Inputs in signature order, contiguous and native (not necessarily 64-byte aligned:
     InputStaging sees to that), and the size each symbolic dim took; any mismatch raises with
@@ -358,7 +358,8 @@ def _compact_empty(value: np.ndarray) -> np.ndarray:
     """An empty array with the strides TVM calls compact (each the product of the dims after
     it, in bytes): numpy gives empty arrays other strides, which TVM rejects ("expected to be
     compact array")."""
-    strides, step = [], value.dtype.itemsize
+    strides: list[int] = []
+    step = value.dtype.itemsize
     for dim in reversed(value.shape):
         strides.insert(0, step)
         step *= dim

@@ -20,12 +20,12 @@ pool and the setting per thread), so models on other threads are not affected.""
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import statistics
 import time
 from collections import deque
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ._tvm_runtime import runtime_function
 
@@ -50,8 +50,10 @@ class Parallelism:
         self.enabled = threads > 1 and policy != POOL and _set_max_concurrency() is not None
         self.fixed = policy == INLINE
         self.mode = INLINE if self.fixed else POOL
-        self.times = {POOL: deque(maxlen=_WINDOW), INLINE: deque(maxlen=_WINDOW)}
-        self.wait, self.inline_runs, self.trial = _FIRST_TRY, 0, []
+        self.times: dict[str, deque[float]] = {POOL: deque(maxlen=_WINDOW),
+                                               INLINE: deque(maxlen=_WINDOW)}
+        self.wait, self.inline_runs = _FIRST_TRY, 0
+        self.trial: list[float] = []
         self.idle = IdleCores()
         self.runs, self.clock = 0, clock
 

@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .buffers import aligned
 from .exotic_dtypes import to_tvm
 from .generate import with_past_feed
 from .inputs import random_inputs
-from .buffers import aligned
 from .model import Model
 from .thread_placement import PLACEMENT
 
@@ -118,7 +118,7 @@ def profile(model: Model, repeats: int = 10, dims: dict[str, int] | None = None,
         entry = entry or "decode"
         calls = generation["kernels"][entry]
         table = [{**k, "calls": calls[k["name"]]} for k in table if k["name"] in calls]
-    if generation is not None and entry != "main":
+    if generation is not None and entry is not None and entry != "main":
         end_to_end = _generation_step_ms(model, generation, entry, sizes, repeats)
     else:
         feed = random_inputs(model.signature, seed=0, dims=sizes)
@@ -252,7 +252,7 @@ def _bits(ffi, dtype: str) -> int:
 
 def _float_dtype(dtype: str):
     if dtype == "bfloat16":
-        import ml_dtypes  # pylint: disable=import-outside-toplevel
+        import ml_dtypes
         return ml_dtypes.bfloat16
     return np.dtype(dtype)
 

@@ -39,8 +39,8 @@ class ModelSignature:
     dim_ranges: dict = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
-        data = {"inputs": [t.to_json() for t in self.inputs],
-                "outputs": [t.to_json() for t in self.outputs]}
+        data: dict = {"inputs": [t.to_json() for t in self.inputs],
+                      "outputs": [t.to_json() for t in self.outputs]}
         if self.dim_ranges:
             data["dim_ranges"] = {k: list(v) for k, v in self.dim_ranges.items()}
         return data

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from . import forks
 
@@ -49,8 +50,8 @@ class CallerPlacement:
         with self._lock:
             self._attempts += 1
             allowed = os.sched_getaffinity(0)
-            workers = [_affinity(tid) for tid in _thread_ids() - before]
-            workers = [cores for cores in workers if cores is not None]
+            found = [_affinity(tid) for tid in _thread_ids() - before]
+            workers = [cores for cores in found if cores is not None]
             if not workers:
                 return  # no pool started yet: try again on a later run
             pinned = set().union(*[c for c in workers if c < allowed])

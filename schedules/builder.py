@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder

@@ -15,8 +15,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from . import log as tuning_log
-from .measure import measured_seconds, task_module
 from .keys import target_key
+from .measure import measured_seconds, task_module
 
 
 @derived_object

@@ -30,7 +30,7 @@ class Farm:
     session_timeout_s: float = 60.0  # a candidate's whole remote measurement
 
     @staticmethod
-    def parse(address: str, key: str, **kwargs) -> "Farm":
+    def parse(address: str, key: str, **kwargs) -> Farm:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise FarmError(f"--rpc {address!r}: expected HOST:PORT of a TVM RPC tracker")
@@ -52,7 +52,7 @@ def summary(host: str, port: int, timeout_s: float = 3.0) -> dict:
                 raise TrackerUnreachable(f"{host}:{port} is not a TVM RPC tracker")
             _send_json(sock, [_SUMMARY])
             code, data = _receive_json(sock)
-    except (OSError, socket.timeout) as err:
+    except (TimeoutError, OSError) as err:
         raise TrackerUnreachable(f"tracker {host}:{port} is not reachable: {err}") from None
     if code != _SUCCESS:
         raise FarmError(f"tracker {host}:{port} refused the summary request")
@@ -63,7 +63,8 @@ def servers_of(farm: Farm) -> int:
     """How many servers the tracker has for ``farm.key`` (free or busy); FarmError if none."""
     info = summary(farm.host, farm.port, farm.connect_timeout_s)
     keys = sorted(info.get("queue_info", {}))
-    count = sum(1 for s in info.get("server_info", []) if s.get("key", "").split(":")[-1] == farm.key)
+    count = sum(1 for s in info.get("server_info", []) if s.get("key",
+                                                                "").split(":")[-1] == farm.key)
     if count == 0:
         raise FarmError(f"no server with key {farm.key!r} is registered at tracker {farm.address} "
                         f"(keys there: {', '.join(keys) or 'none'})")

@@ -12,13 +12,12 @@ at most once per BUILT_EVERY_S."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from .measure import measured_seconds
-
 
 BUILT_EVERY_S = 10.0
 

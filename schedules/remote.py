@@ -15,10 +15,10 @@ import tvm
 
 from aotc.measure_settings import TUNE, MeasureSettings
 
-from .farm import Farm, FarmError, servers_of
 from .builder import export_shared
-from .retime import in_turns, one_measurement_per_round
+from .farm import Farm, FarmError, servers_of
 from .measure import argument_specs, argument_tensors, evaluator_arguments, task_module
+from .retime import in_turns, one_measurement_per_round
 
 
 def _export(func: tvm.tirx.PrimFunc, target: tvm.target.Target, folder: str,
@@ -75,7 +75,7 @@ class RemoteReference:
         raise FarmError("; ".join(errors))
 
     def _attempt(self, fn, *args):
-        from tvm.support.popen_pool import PopenPoolExecutor  # pylint: disable=import-outside-toplevel
+        from tvm.support.popen_pool import PopenPoolExecutor
         farm = self.farm
         if self._pool is None:
             self._pool = PopenPoolExecutor(max_workers=1, timeout=farm.session_timeout_s)
@@ -93,7 +93,7 @@ class RemoteReference:
 # --- in the worker process ---------------------------------------------------------------
 
 def _session(host, port, key, timeout):
-    from tvm import rpc  # pylint: disable=import-outside-toplevel
+    from tvm import rpc
     return rpc.connect_tracker(host, port).request(key, priority=1, session_timeout=timeout)
 
 

@@ -1,7 +1,8 @@
 """Time several schedules of one kernel together, in alternating rounds.
 
 Why: a tuning run times each candidate once, when it is measured, and kernel timings on a
-shared VM drift by tens of percent within an hour. Two tuning runs (or two points of one run's curve)
+shared VM drift by tens of percent within an hour. Two tuning runs (or two points of one run's
+curve)
 are therefore timed under different conditions. Re-timing their schedules side by side,
 built once and timed in turn for several rounds (the order rotating each round), puts every
 schedule under the same conditions; the median over rounds is what compares them."""

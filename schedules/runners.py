@@ -45,7 +45,8 @@ class RetryingRunner(PyRunner):
 class RetryingFuture(PyRunnerFuture):
     def __init__(self, inner, runner_input, future, retries: int):
         super().__init__()
-        self.inner, self.runner_input, self.future, self.retries = inner, runner_input, future, retries
+        self.inner, self.runner_input = inner, runner_input
+        self.future, self.retries = future, retries
 
     def done(self) -> bool:
         return self.future.done()

@@ -31,7 +31,6 @@ from aotc.compiler.lower.cpu_contraction import Contraction
 from aotc.compiler.lower.cpu_dot import PackedDot, packed_format
 from aotc.compiler.lower.cpu_rules import RULES
 from aotc.compiler.lower.cpu_winograd import WinogradTransform
-
 from aotc.errors import meaningful_line
 
 from .intrinsics import register_cpu_intrinsics

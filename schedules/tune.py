@@ -22,28 +22,26 @@ from __future__ import annotations
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import ScheduleError
 
 from . import log as tuning_log
-from .keys import schedule_key, target_key
-from . import runners
+from . import runners, warm_state
 from . import search as search_strategy
-from . import warm_state
 from .builder import PersistentBuilder
 from .checkpoint import CheckpointWriter, commit_checkpoints
 from .intrinsics import register_cpu_intrinsics
-from .progress import ProgressLine
+from .keys import schedule_key, target_key
 from .measure import same_values, task_module
+from .progress import ProgressLine
 from .ranking import RankingProbe
 from .search import SearchStats
 from .space import search_space
 from .tasks import Task
-
 
 # MetaSchedule's 30 s default timed every build out here while the machine was busy: each
 # worker process imports TVM (and, through tvm_ffi, torch) before its first build.
@@ -225,7 +223,7 @@ class _Run:
                           runner=self.runner)
 
 
-def _spend(budget: Budget, run: "_Run", search: str, seed: int, start: float) -> None:
+def _spend(budget: Budget, run: _Run, search: str, seed: int, start: float) -> None:
     """Search in rounds until the budget is spent (one round for a trial budget)."""
     try:
         while True:

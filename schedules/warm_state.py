@@ -101,8 +101,8 @@ def _cost_model_bytes(cost_model) -> bytes:
 def _load_cost_model(cost_model, path: Path) -> None:
     """Restore what _cost_model_bytes wrote into MetaSchedule's XGBModel; StateError when the
     file is anything else (nothing in it is unpickled or executed)."""
-    import xgboost as xgb  # pylint: disable=import-outside-toplevel
-    from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup  # pylint: disable=import-outside-toplevel
+    import xgboost as xgb
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup
     arrays = _read_arrays(path)
     booster = xgb.Booster()
     try:
@@ -138,7 +138,8 @@ def _check_shapes(a: dict[str, np.ndarray]) -> None:
         if a[name].dtype.kind != kind:
             raise StateError(f"{name} has dtype {a[name].dtype}")
     groups = len(a["group_hashes"])
-    if (a["features"].ndim != 2 or a["rows"].ndim != 1 or a["costs"].ndim != 1 or a["group_sizes"].shape != (groups,)
+    if (a["features"].ndim != 2 or a["rows"].ndim != 1 or a["costs"].ndim != 1
+            or a["group_sizes"].shape != (groups,)
             or (a["group_sizes"] < 0).any() or (a["rows"] < 1).any()
             or int(a["group_sizes"].sum()) != len(a["rows"]) or len(a["rows"]) != len(a["costs"])
             or int(a["rows"].sum()) != len(a["features"])):

@@ -101,10 +101,11 @@ def measurable_here(spec: TargetSpec) -> str | None:
         return (f"the tuner times CPU kernels only; {spec.name} kernels run on a "
                 f"{spec.runtime_device} device (GPU tuning is not built yet)")
     if spec.arch != platform.machine():
-        return (f"{spec.name} code is {spec.arch} and this machine is {platform.machine()}: it runs "
-                "here only under emulation, whose timings say nothing about the real CPU; run "
-                f"aotc tune on a {spec.arch} machine and compile here with --tuning-log")
+        return (f"{spec.name} code is {spec.arch} and this machine is {platform.machine()}: "
+                "it runs here only under emulation, whose timings say nothing about the real "
+                f"CPU; run aotc tune on a {spec.arch} machine and compile here with --tuning-log")
     return runs_here(spec)
 
 
-__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "for_precision", "fp16_dot", "int8_dot", "resolve", "measurable_here", "runs_here", "simd"]
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "for_precision", "fp16_dot",
+           "int8_dot", "resolve", "measurable_here", "runs_here", "simd"]

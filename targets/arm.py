@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 import shutil
 
-from .spec import Toolchain, TargetSpec
+from .spec import TargetSpec, Toolchain, preset_simd
 
 FAMILY = "arm"
 TRIPLE = "aarch64-linux-gnu"
@@ -49,7 +49,7 @@ def _spec(name: str, description: str, mcpu: str | None, extra: tuple[str, ...])
               "num-cores": _BOARD_CORES}
     if mcpu:
         target["mcpu"] = mcpu
-    bits, registers = simd(target)
+    bits, registers = preset_simd(simd, target)
     return TargetSpec(name, FAMILY, description, target, arch="aarch64", vector_bits=bits,
                       vector_registers=registers, toolchain=TOOLCHAIN,
                       features=("neon", *(f.lstrip("+") for f in extra)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import shutil
 
-from .spec import Toolchain, TargetSpec
+from .spec import TargetSpec, Toolchain, preset_simd
 from .x86 import simd as host_simd
 
 FAMILY = "cuda"
@@ -40,7 +40,7 @@ def int8_dot(attrs) -> str | None:
 
 def _spec(name: str, arch: str, description: str, ptx: bool = False) -> TargetSpec:
     target = {"kind": "cuda", "arch": arch, "host": dict(_HOST)}
-    bits, registers = host_simd(_HOST)  # of the host CPU, which runs the VM's glue
+    bits, registers = preset_simd(host_simd, _HOST)  # of the host CPU, which runs the VM's glue
     return TargetSpec(name, FAMILY, description, target, arch="x86_64", vector_bits=bits,
                       vector_registers=registers, schedule_rules="gpu", backend="cuda",
                       runtime_device="cuda", toolchain=TOOLCHAIN,

@@ -44,3 +44,12 @@ class TargetSpec:
 
     def vector_lanes(self, dtype_bits: int = 32) -> int:
         return max(1, self.vector_bits // dtype_bits)
+
+
+def preset_simd(simd, target: dict) -> tuple[int, int]:
+    """(vector bits, vector registers) that a family's ``simd`` gives its own preset ``target``;
+    a preset its family does not claim is a bug in the family's table."""
+    found = simd(target)
+    if found is None:
+        raise ValueError(f"target family does not claim its own preset {target}")
+    return found

@@ -9,7 +9,7 @@ import platform
 
 from aotc.errors import TargetError
 
-from .spec import TargetSpec
+from .spec import TargetSpec, preset_simd
 
 FAMILY = "x86"
 # Checked from the newest down; the first ISA whose flags the host has picks the mcpu. By ISA,
@@ -117,14 +117,14 @@ def for_precision(spec: TargetSpec, precision: str) -> TargetSpec:
         target = dict(spec.tvm_target)
         target["mattr"] = [*target.get("mattr", []), attribute]
         return dataclasses.replace(spec, tvm_target=target,
-                                   features=(*spec.features, query(target)))
+                                   features=(*spec.features, query(target) or attribute))
     raise TargetError(f"--precision {precision} needs {instructions}, which {spec.name} "
                       f"(mcpu={spec.tvm_target.get('mcpu')}) lacks; use {preset}")
 
 
 def _spec(name: str, description: str, mcpu: str, cores: int, isa: str) -> TargetSpec:
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
-    bits, registers = simd(target)
+    bits, registers = preset_simd(simd, target)
     return TargetSpec(name, FAMILY, description, target, arch="x86_64", vector_bits=bits,
                       vector_registers=registers, features=(isa,))
 

@@ -40,6 +40,7 @@ def pytest_configure(config):
 def models_run_in_a_fresh_process(request, monkeypatch):
     if request.node.get_closest_marker("in_process"):
         return
-    import aotc.runtime
     import fresh_runner
+
+    import aotc.runtime
     monkeypatch.setattr(aotc.runtime, "load", fresh_runner.load)

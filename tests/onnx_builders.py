@@ -61,11 +61,15 @@ def single_op(op_type: str, domain: str = "", opset: int = 17, name: str = "the_
 def if_on_an_input() -> onnx.ModelProto:
     """A voice-activity-style switch: at 16 kHz one frame layout, else another (the branches
     give different shapes, so both cannot be computed and selected)."""
-    then_graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape16"], ["frames"])], "then",
-                              [], [helper.make_tensor_value_info("frames", TensorProto.FLOAT, None)],
+    then_graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape16"], ["frames"])],
+                                   "then",
+                              [], [helper.make_tensor_value_info("frames", TensorProto.FLOAT,
+                                                                 None)],
                               [numpy_helper.from_array(np.array([4, 8], np.int64), "shape16")])
-    else_graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape8"], ["frames"])], "else",
-                              [], [helper.make_tensor_value_info("frames", TensorProto.FLOAT, None)],
+    else_graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape8"], ["frames"])],
+                                   "else",
+                              [], [helper.make_tensor_value_info("frames", TensorProto.FLOAT,
+                                                                 None)],
                               [numpy_helper.from_array(np.array([2, 16], np.int64), "shape8")])
     nodes = [helper.make_node("Equal", ["sr", "sixteen"], ["is16"]),
              helper.make_node("If", ["is16"], ["frames"], then_branch=then_graph,

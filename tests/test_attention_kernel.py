@@ -6,13 +6,13 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from aotc.compiler.lower.cpu_rules import Attention
 from aotc.compiler.passes.fusion import FuseAttention
 from aotc.targets import resolve
-from helpers import check_against_onnxruntime
 
 TARGET = tvm.target.Target(resolve("x86").tvm_target)
 

@@ -6,9 +6,9 @@ import sys
 
 import numpy as np
 from click.testing import CliRunner
+from onnx_builders import single_op
 
 from aotc.cli import main
-from onnx_builders import single_op
 
 
 def invoke(*args):
@@ -46,7 +46,8 @@ def test_compile_run_bench(tiny_onnx, tmp_path):
     assert result.exit_code == 0, result.output
     x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    result = invoke("run", out, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "o")
+    result = invoke("run", out, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir",
+                    tmp_path / "o")
     assert result.exit_code == 0, result.output
     assert np.load(tmp_path / "o" / "y.npy").shape == (1, 10)
     result = invoke("bench", out, "--compare-onnx", tiny_onnx, "--runs", 5, "--json",

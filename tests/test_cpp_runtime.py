@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_near_torch, inverted_residual_block
 
 import aotc
 from aotc import cpp_runner
 from aotc.package import package
 from aotc.runtime.inputs import npy_file_name, random_inputs
-from helpers import assert_near_torch, inverted_residual_block
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None,
                                 reason="cmake and g++ build the C++ runner (.ci/run installs them)")
@@ -254,6 +254,7 @@ def test_arm_int8_block_under_qemu_computes_the_x86_int8_codes(target, tmp_path)
     and run under qemu: the same outputs as the x86 build (the same int8 codes: dot products in
     int32, requantization rounding half to even on both), near torch's float32."""
     import torch
+
     from aotc.options import QuantizeOptions
 
     rng = np.random.default_rng(0)

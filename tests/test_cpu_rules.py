@@ -7,12 +7,12 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 from tvm import te, topi
 
 from aotc.compiler.lower.cpu_rules import Contraction, RowReduction, RowWise
 from aotc.targets import resolve
-from helpers import check_against_onnxruntime
 
 TARGET = tvm.target.Target(resolve("x86").tvm_target)
 
@@ -63,7 +63,6 @@ def test_bool_kernels_are_not_vectorized_and_compute_right(tmp_path):
     """A vectorized logical_not(x > 0) came out all True (TVM's LLVM codegen and bool
     vectors); torch's _safe_softmax returned NaN rows instead of zeros because of it."""
     import torch
-
     from helpers import check_against_torch
 
     class Masking(torch.nn.Module):
@@ -79,8 +78,9 @@ def test_bool_kernels_are_not_vectorized_and_compute_right(tmp_path):
 def test_every_kernel_of_a_cnn_gets_a_schedule(tmp_path):
     """A Python error inside a rule used to be swallowed like a shape TVM rejects: every conv
     of ResNet-18 then ran unscheduled, 3.8 s instead of 20 ms, with no error anywhere."""
-    import aotc
     from onnx_builders import tiny_cnn
+
+    import aotc
     metadata = aotc.compile(tiny_cnn(), target="x86", output=tmp_path / "cnn.so")
     assert metadata["unscheduled_kernels"] == []
 
@@ -135,7 +135,8 @@ def test_ragged_contractions_match_onnxruntime(case, tmp_path):
                  helper.make_node("Erf", ["hb"], ["y"])]
         inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [197, 192])]
         out = [197, 770]
-        inits = [onnx.numpy_helper.from_array(rng.standard_normal((192, 770)).astype(np.float32), "w"),
+        inits = [onnx.numpy_helper.from_array(rng.standard_normal((192, 770)).astype(np.float32),
+                                              "w"),
                  onnx.numpy_helper.from_array(rng.standard_normal(770).astype(np.float32), "b")]
     graph = helper.make_graph(nodes, "ragged", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
@@ -147,7 +148,6 @@ def test_ragged_contractions_match_onnxruntime(case, tmp_path):
 def test_sinh_and_cosh_stay_scalar_and_compile(tmp_path):
     """TVM 0.27 has no vector lowering for sinh/cosh ("unknown intrinsic tirx.sinh")."""
     import torch
-
     from helpers import check_against_torch
 
     class SinhCosh(torch.nn.Module):
@@ -281,7 +281,6 @@ def test_a_long_elementwise_chain_compiles_in_seconds_and_matches_torch(after_co
     9 GB, 45 were killed for memory; 10 after a conv ran past 100 s
     (cpu_blocks.MAX_INLINED_NODES): without the bound this test does not finish."""
     import torch
-
     from helpers import check_against_torch
 
     class Chain(torch.nn.Module):

@@ -27,7 +27,8 @@ def fatbin_entries(data: bytes) -> list[tuple[str, int]]:
     _magic, _version, header, size = struct.unpack_from("<IHHQ", data, at)
     pos, end, entries = at + header, at + header + size, []
     while pos < end:
-        kind, _v, entry_header, padded, _a, _b, _c, _d, sm = struct.unpack_from("<HHIIIIIII", data, pos)
+        kind, _v, entry_header, padded, _a, _b, _c, _d, sm = struct.unpack_from(
+            "<HHIIIIIII", data, pos)
         entries.append(({1: "ptx", 2: "elf"}[kind], sm))
         pos += entry_header + padded
     return entries

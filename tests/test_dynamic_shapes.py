@@ -5,10 +5,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx_builders import tiny_cnn
 
 import aotc
 from aotc.errors import AotcError, InputMismatchError
-from onnx_builders import tiny_cnn
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,8 @@ the identity (max of a row of -inf gave -3.4e38). compiler/lower/exact_minmax.py
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
 from helpers import check_against_onnxruntime
+from onnx import TensorProto, helper
 
 
 @pytest.mark.parametrize("keepdims", [0, 1])

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 import aotc
 from aotc import farm as farm_procs
-from aotc.farm import LoopbackFarm, free_port
 from aotc.cli import main
+from aotc.farm import LoopbackFarm, free_port
 from aotc.schedules import log as tuning_log
 from aotc.schedules.farm import Farm, FarmError, servers_of, summary
 
@@ -107,7 +107,7 @@ def _tune_in_thread(model, farm: LoopbackFarm, log, trials: int, timeout: float)
         try:
             outcome["report"] = aotc.tune(model, "x86", trials, log, rpc=farm.address,
                                           key="x86", rpc_timeout=timeout, progress=lines.append)
-        except Exception as err:  # pylint: disable=broad-except
+        except Exception as err:
             outcome["error"] = err
     thread = threading.Thread(target=work)
     thread.start()
@@ -193,11 +193,12 @@ def test_arm_tuning_through_an_emulated_board(two_kernels, tmp_path):
 @pytest.mark.slow
 def test_a_candidate_that_hangs_on_the_device_times_out_and_the_next_one_runs():
     import tvm
+    from test_tuning_space import TARGET, _matmul
     from tvm.s_tir import meta_schedule as ms
     from tvm.tirx import script as T
+
     from aotc.schedules.builder import PersistentBuilder
     from aotc.schedules.runners import FarmMeasurement
-    from test_tuning_space import TARGET, _matmul
 
     @T.prim_func
     def hang(a: T.Buffer((4,), "float32")):

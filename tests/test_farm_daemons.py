@@ -14,10 +14,10 @@ import threading
 import time
 
 import pytest
+from test_farm import group_alive
 
 from aotc.farm import free_port, start_tracker, wait_for
 from aotc.schedules.farm import Farm, servers_of, summary
-from test_farm import group_alive
 
 AOTC = [sys.executable, "-m", "aotc.cli"]
 
@@ -30,7 +30,7 @@ def _daemon(*args: str) -> subprocess.Popen:
 def _registered(farm: Farm) -> int:
     try:
         return servers_of(farm)
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
         return 0
 
 

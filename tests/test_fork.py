@@ -48,7 +48,8 @@ def threaded():
 sys.exit(in_child(threaded))""",
     "nested-fork": """
 model.run(feed)
-sys.exit(in_child(lambda: same(model.run(feed)) and in_child(lambda: same(model.run(feed))) == 0))""",
+sys.exit(in_child(lambda: same(model.run(feed))
+                  and in_child(lambda: same(model.run(feed))) == 0))""",
     "lock-held-at-fork": """
 model.run(feed)
 model._lock.acquire()  # as a run in progress on another thread would hold it

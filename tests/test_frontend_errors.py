@@ -1,13 +1,13 @@
 """Bad input gets a clear error naming the problem, raised before any TVM work."""
 
+import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-import numpy as np
+from onnx_builders import single_op
 
 import aotc
 from aotc.errors import ModelLoadError, UnsupportedModelError
-from onnx_builders import single_op
 
 
 def test_unknown_domain_is_refused_even_for_a_standard_op_name(tmp_path):
@@ -83,10 +83,10 @@ def test_codegen_errors_name_the_problem_and_the_call():
 def test_a_failing_pass_names_its_phase(monkeypatch, tmp_path):
     """Every compile failure used to say "compile phase 'optimize' failed"."""
     import tvm
+    from onnx_builders import tiny_cnn
 
     from aotc.compiler import pipeline
     from aotc.errors import CompileError
-    from onnx_builders import tiny_cnn
 
     @tvm.transform.module_pass(opt_level=0, name="Exploding")
     class Exploding:

@@ -9,7 +9,8 @@ import pytest
 import tvm
 from onnx import TensorProto, helper
 from tvm import relax
-from tvm.script import relax as R, tirx as T
+from tvm.script import relax as R
+from tvm.script import tirx as T
 
 import aotc
 from aotc.compiler import kv_cache
@@ -54,7 +55,8 @@ def _before() -> tvm.IRModule:
 def _signature():
     from aotc.runtime.signature import ModelSignature, TensorSpec
     return ModelSignature(
-        (TensorSpec("input_ids", (1, "s"), "int64"), TensorSpec("attention_mask", (1, "t"), "int64"),
+        (TensorSpec("input_ids", (1, "s"), "int64"), TensorSpec("attention_mask", (1, "t"),
+                                                                "int64"),
          TensorSpec("past", (1, 2, "p", 4), "float32")),
         (TensorSpec("logits", (1, 2, 4), "float32"),
          TensorSpec("present", (1, 2, "t", 4), "float32")))

@@ -11,12 +11,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from onnx_builders import greedy_decoder_loop, running_sum_loop
 from tvm import tirx
 
 import aotc
 from aotc.errors import AotcError
 from compiler.frontends.onnx_loader import import_onnx
-from onnx_builders import greedy_decoder_loop, running_sum_loop
 
 
 def _compiled(tmp_path, model: onnx.ModelProto, name: str):

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import onnx
 import pytest
+from helpers import check_against_onnxruntime
 
 import aotc
 from aotc.examples.export_onnx import export
-from helpers import check_against_onnxruntime
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",

@@ -8,13 +8,13 @@ import onnxruntime as ort
 import pytest
 import torch
 import tvm
+from helpers import run_in_fresh_process
 from onnx import TensorProto, helper
 from tvm import relax
 from tvm.script import relax as R
 
 import aotc
 from aotc.compiler.lower.nan_minmax import LEGALIZE_MAP
-from helpers import run_in_fresh_process
 
 X = np.array([[np.nan, -1, 1, np.inf, -np.inf, 0, np.nan, 2.5]] * 2, np.float32)
 Y = np.array([[1, np.nan, np.nan, 0, 5, np.nan, -1, 3]] * 2, np.float32)

@@ -3,14 +3,12 @@
 import numpy as np
 import onnx
 import tvm
-from tvm.script import tirx as T
-
-import aotc
-from aotc.compiler import parallel_codegen
-from aotc.runtime.inputs import random_inputs
-
 from helpers import check_against_onnxruntime
 from onnx_builders import tiny_cnn
+from tvm.script import tirx as T
+
+from aotc.compiler import parallel_codegen
+from aotc.runtime.inputs import random_inputs
 
 
 def _kernel(name: str):

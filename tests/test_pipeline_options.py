@@ -2,12 +2,12 @@
 
 import pytest
 from click.testing import CliRunner
+from helpers import check_against_onnxruntime
+from onnx_builders import tiny_cnn
 
 import aotc
 from aotc.cli import main
 from aotc.errors import CompileError
-from helpers import check_against_onnxruntime
-from onnx_builders import tiny_cnn
 
 
 @pytest.mark.parametrize("level", [0, 1, 2, 3])
@@ -47,7 +47,8 @@ def test_disabled_pass_is_skipped_and_named_in_metadata(tmp_path):
 
 
 @pytest.mark.parametrize("name, message", [
-    ("GuardIndices", "this pass cannot be disabled"), ("NoSuchPass", "no such pass; passes that can be")])
+    ("GuardIndices", "this pass cannot be disabled"), ("NoSuchPass",
+                                                       "no such pass; passes that can be")])
 def test_bad_disable_pass_is_refused_by_name(name, message, tmp_path):
     with pytest.raises(CompileError, match=f"--disable-pass {name}: {message}"):
         aotc.compile(tiny_cnn(), output=tmp_path / "t.so",

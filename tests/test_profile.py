@@ -3,8 +3,8 @@
 import json
 
 import numpy as np
-import pytest
 import onnx
+import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
@@ -76,7 +76,8 @@ def _symbolic_attention(path):
              helper.make_node("Softmax", ["s"], ["p"], axis=-1),
              helper.make_node("MatMul", ["p", "h"], ["y"])]
     graph = helper.make_graph(
-        nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])],
+        nodes, "attn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 64])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path

@@ -6,10 +6,9 @@ import tvm
 from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
-from aotc.schedules.measure import kernel_outputs, same_values
+from aotc.schedules.measure import kernel_outputs, same_values, task_module
 from aotc.schedules.retime import replay, retime
 from aotc.schedules.space import default_rules_space
-from aotc.schedules.measure import task_module
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 

@@ -30,7 +30,8 @@ def test_call_styles_agree(model):
 
 
 @pytest.mark.parametrize("feed, message", [
-    ({"x": np.zeros((1, 8, 12, 11), np.float32)}, r"expected shape \[1, 8, 12, 12\], got \[1, 8, 12, 11\]"),
+    ({"x": np.zeros((1, 8, 12, 11), np.float32)},
+     r"expected shape \[1, 8, 12, 12\], got \[1, 8, 12, 11\]"),
     ({"x": np.zeros((1, 8, 12, 12), np.float64)}, "expected dtype float32, got float64"),
     ({"y": np.zeros((1, 8, 12, 12), np.float32)}, r"missing \['x'\], unknown \['y'\]"),
     ({"x": [[1.0]]}, "expected a numpy array, got list"),
@@ -100,7 +101,7 @@ def test_unaligned_inputs_reuse_one_staging_buffer_and_outputs_stay_theirs(tmp_p
     rng = np.random.default_rng(0)
     first, second = (rng.standard_normal((32, 64)).astype(np.float32) for _ in range(2))
     out1 = model(x=_unaligned_copy(first))
-    (buffer,) = model._staging._buffers.values()  # pylint: disable=protected-access
+    (buffer,) = model._staging._buffers.values()
     out2 = model(x=_unaligned_copy(second))
     assert next(iter(model._staging._buffers.values())) is buffer  # reused, not reallocated
     np.testing.assert_array_equal(out1["y"], first)

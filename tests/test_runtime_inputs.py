@@ -110,7 +110,7 @@ def test_calls_from_several_threads_agree(model):
 
 def _rss_mb() -> float:
     with open(f"/proc/{os.getpid()}/status", encoding="ascii") as status:
-        line = next(l for l in status if l.startswith("VmRSS:"))
+        line = next(row for row in status if row.startswith("VmRSS:"))
     return int(line.split()[1]) / 1024
 
 

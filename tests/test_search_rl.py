@@ -10,6 +10,7 @@ import random
 
 import numpy as np
 import tvm
+from test_tuning_space import TARGET, _matmul
 from tvm.s_tir import meta_schedule as ms
 
 from aotc.schedules.builder import PersistentBuilder
@@ -19,7 +20,6 @@ from aotc.schedules.search.decisions import CATEGORICAL, TILE, decisions
 from aotc.schedules.search.policy import Policy, model_reward
 from aotc.schedules.search.rl import _Proposal, _Start
 from aotc.schedules.space import search_space
-from test_tuning_space import TARGET, _matmul
 
 
 def _design_space_trace():
@@ -100,6 +100,7 @@ def test_every_design_space_gets_starts_when_one_is_fastest():
 def _proposal_for_kernel(n: int, space: int = 0) -> _Proposal:
     """A proposal whose kernel is an n x n matmul (distinct n: distinct kernels)."""
     from types import SimpleNamespace
+
     from tvm import te
     a = te.placeholder((n, n), name="a")
     k = te.reduce_axis((0, n), name="k")

@@ -10,17 +10,16 @@ import onnx
 import pytest
 import torch
 import tvm
+from helpers import check_against_onnxruntime, check_against_torch
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax, te, topi
 from tvm.relax import op as R
 
 import aotc
-
 from aotc.compiler.lower import sort_kernels
 from aotc.compiler.passes.lowering import SelfContainedKernels
 from aotc.compiler.runtime_deps import check_runtime_only
 from aotc.errors import CompileError, UnsupportedModelError
-from helpers import check_against_onnxruntime, check_against_torch
 
 
 def _topk_model(length: int, k: int) -> onnx.ModelProto:

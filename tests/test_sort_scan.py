@@ -3,9 +3,8 @@ the pipeline did not run ("CodeGenVM cannot emit R.topk", "R.cumsum", "R.argsort
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
-
 from helpers import check_against_onnxruntime
+from onnx import TensorProto, helper, numpy_helper
 
 
 def test_topk_and_cumsum_match_onnxruntime(tmp_path):

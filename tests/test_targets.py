@@ -41,7 +41,8 @@ def test_fixed_presets_do_not_carry_the_build_hosts_core_count():
 def test_missing_cross_compiler_is_named_before_any_work(tiny_onnx, tmp_path, monkeypatch):
     from aotc.compiler.build import check_toolchain
     spec = resolve("arm")
-    broken = type(spec)(**{**spec.__dict__, "toolchain": Toolchain("no-such-g++", install_hint="x")})
+    broken = type(spec)(**{**spec.__dict__, "toolchain": Toolchain("no-such-g++",
+                                                                   install_hint="x")})
     with pytest.raises(TargetError, match="no-such-g\\+\\+ not found"):
         check_toolchain(broken)
 

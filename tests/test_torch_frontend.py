@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from helpers import check_against_torch
 
 import aotc
 from aotc.examples import models
-from helpers import check_against_torch
 
 
 class SmallNet(torch.nn.Module):

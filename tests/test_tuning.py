@@ -14,13 +14,12 @@ import time
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
-
 import pytest
+from helpers import check_against_onnxruntime
+from onnx import TensorProto, helper, numpy_helper
 
 import aotc
 from aotc.schedules import log as tuning_log
-from helpers import check_against_onnxruntime
 
 
 def _matmul_relu(path):
@@ -56,7 +55,8 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
     compiled, _ = check_against_onnxruntime(model, tmp_path, rtol=1e-5, atol=1e-5,
                                             tuning_logs=[log])
     beat_default = record.beats_default
-    assert compiled.metadata["tuned_kernels"] == (["fused_matmul_packed_relu"] if beat_default else [])
+    expected = ["fused_matmul_packed_relu"] if beat_default else []
+    assert compiled.metadata["tuned_kernels"] == expected
     share = compiled.metadata["tuning"]  # the log timed the kernel either way
     assert share["kernels_estimated"] == share["kernels"] == 1
     assert share["estimated_seconds"] == pytest.approx(
@@ -85,6 +85,7 @@ def test_tune_resume_and_compile_with_the_log(tmp_path):
 
 def test_a_missing_log_is_named(tmp_path):
     import pytest
+
     from aotc.errors import CompileError
     with pytest.raises(CompileError, match="no-such.jsonl"):
         aotc.compile(_matmul_relu(tmp_path / "mm.onnx"), output=tmp_path / "mm.so",

@@ -6,6 +6,7 @@ keeps the scheduled one (and says it kept another than the in-run best)."""
 from types import SimpleNamespace
 
 import tvm
+from test_retime import TARGET, _matmul, default_rules_point
 from tvm.s_tir import meta_schedule as ms
 
 from aotc.schedules.keys import workload_key
@@ -14,7 +15,6 @@ from aotc.schedules.retime import replay
 from aotc.schedules.runners import LocalMeasurement
 from aotc.schedules.tasks import Task
 from aotc.schedules.tune import TuneReport, _best_against_default
-from test_retime import TARGET, _matmul, default_rules_point
 
 
 def _naive_trace(mod):
@@ -51,7 +51,8 @@ def test_the_final_timing_keeps_the_fastest_not_the_luckiest_in_run_time():
     chosen = ms.database.TuningRecord.from_json(record.trace, workload).trace
     assert str(chosen.as_json()) == str(default_trace.as_json())  # not the naive one
     # both re-timed in the same rounds: the same schedule as the default, so no gain to keep
-    assert record.seconds == result.tuned_seconds and record.default_seconds == result.default_seconds
+    assert record.seconds == result.tuned_seconds
+    assert record.default_seconds == result.default_seconds
     report = TuneReport(2, 1.0, "rl", results=[result])
     assert any("1 tasks kept another candidate than their in-run best" in line
                for line in report.lines())

@@ -11,6 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tvm
+from helpers import run_in_fresh_process
 from tvm.s_tir import meta_schedule as ms
 
 import aotc
@@ -21,7 +22,6 @@ from aotc.schedules import log as tuning_log
 from aotc.schedules.keys import target_key
 from aotc.schedules.measure import task_module
 from aotc.schedules.trace_check import trace_problem
-from helpers import run_in_fresh_process
 
 
 def _init_array_payload(marker) -> str:

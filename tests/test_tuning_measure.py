@@ -7,13 +7,12 @@ default one's is caught before it could be logged; builds are reported to the pr
 import click
 import pytest
 import tvm
+from test_tuning_space import TARGET, _matmul
 from tvm.s_tir import meta_schedule as ms
 
 from aotc.cli import DURATION
 from aotc.schedules.builder import PersistentBuilder
 from aotc.schedules.tune import Budget, _round_trials
-from test_tuning_space import TARGET, _matmul
-
 
 # LLVM has no backend for this triple: code generation fails inside the worker
 UNBUILDABLE = tvm.target.Target({"kind": "llvm", "mtriple": "nonsense-unknown-none"})
@@ -52,10 +51,11 @@ def test_durations():
 
 
 def test_same_values_catches_a_kernel_that_computes_something_else():
+    from test_tuning_space import _spaces
     from tvm import te
+
     from aotc.schedules.measure import kernel_outputs, same_values
     from aotc.schedules.space import default_rules_space
-    from test_tuning_space import _spaces
 
     matmul = _matmul()
     scheduled = _spaces(matmul, default_rules_space(TARGET))[0].mod["main"]

@@ -8,11 +8,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from onnx_builders import if_on_an_input
 
 import aotc
 from aotc.errors import AotcError, InputMismatchError, UnsupportedModelError
 from aotc.examples.dynamic_transformers import export, feed
-from onnx_builders import if_on_an_input
 
 pytest.importorskip("transformers")
 
@@ -61,7 +61,8 @@ def test_a_sequence_longer_than_the_position_table_is_refused(bert):
     model = aotc.load(so)
     with pytest.raises(InputMismatchError, match="dim 'seq' is 513; this model takes 1 to 512"):
         model.run(_feed(model.signature.input_names(), 1, 513))
-    with pytest.raises(InputMismatchError, match=r"expected shape \['batch', 'seq'\], got \[2, 0\]"):
+    with pytest.raises(InputMismatchError,
+                       match=r"expected shape \['batch', 'seq'\], got \[2, 0\]"):
         model.run(_feed(model.signature.input_names(), 2, 0))
 
 
@@ -140,7 +141,8 @@ def test_a_call_that_pads_more_than_the_symbolic_entry_costs_runs_symbolic(bert_
     from aotc.runtime.model import Model
     onnx_path, so, meta = bert_buckets
     costs = meta["buckets"]["symbolic_cost"]
-    assert sorted(costs) == sorted(meta["buckets"]["entries"]) and all(c > 0 for c in costs.values())
+    assert sorted(costs) == sorted(meta["buckets"]["entries"])
+    assert all(c > 0 for c in costs.values())
     model = Model(so)
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     inputs = _feed(model.signature.input_names(), 1, 20)  # the 32 bucket: padding 1.6

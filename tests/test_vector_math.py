@@ -7,9 +7,8 @@ import math
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
-
 from helpers import compile_and_load
+from onnx import TensorProto, helper
 
 OPS = {"Exp": np.exp, "Tanh": np.tanh,
        "Erf": np.vectorize(math.erf, otypes=[np.float64]),

@@ -5,11 +5,11 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from aotc.compiler.lower.vector_math import LEGALIZE_MAP
-from helpers import check_against_onnxruntime
 
 
 def _legalized_kernel(exponent: float) -> str:
@@ -25,7 +25,8 @@ def _legalized_kernel(exponent: float) -> str:
     return kernels[0].script()
 
 
-@pytest.mark.parametrize("exponent,expected", [(3.0, "x[v_i0, v_i1] * x[v_i0, v_i1] * x[v_i0, v_i1]"),
+@pytest.mark.parametrize("exponent,expected", [(3.0,
+                                                "x[v_i0, v_i1] * x[v_i0, v_i1] * x[v_i0, v_i1]"),
                                                (2.0, "x[v_i0, v_i1] * x[v_i0, v_i1]"),
                                                (0.5, "T.sqrt(x[v_i0, v_i1])")])
 def test_small_exponents_need_no_pow(exponent, expected):

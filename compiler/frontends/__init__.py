@@ -18,14 +18,14 @@ def import_model(source, input_shapes=None, example_inputs=None,
         if options is not None else {}
     if isinstance(source, (str, os.PathLike)):
         if str(source).endswith(".pt2"):
-            from .torch_loader import import_torch  # pylint: disable=import-outside-toplevel
+            from .torch_loader import import_torch
             return import_torch(source, trust_pickle=trust_pickle)
-        from .onnx_loader import import_onnx  # pylint: disable=import-outside-toplevel
+        from .onnx_loader import import_onnx
         return import_onnx(source, input_shapes, **onnx_options)
     if type(source).__module__.startswith("onnx"):
-        from .onnx_loader import import_onnx  # pylint: disable=import-outside-toplevel
+        from .onnx_loader import import_onnx
         return import_onnx(source, input_shapes, **onnx_options)
-    from .torch_loader import import_torch  # pylint: disable=import-outside-toplevel
+    from .torch_loader import import_torch
     return import_torch(source, example_inputs)
 
 

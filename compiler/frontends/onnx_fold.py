@@ -16,7 +16,6 @@ spec's own semantics. Random ops and ops with subgraphs are never folded.
 from __future__ import annotations
 
 import warnings
-
 from collections import ChainMap
 
 import numpy as np
@@ -92,7 +91,7 @@ def _static_shape(node: onnx.NodeProto, info: GraphInfo) -> list[np.ndarray] | N
 
 
 def _evaluate(node: onnx.NodeProto, known: dict, opset: int) -> list[np.ndarray] | None:
-    from onnx.reference import ReferenceEvaluator  # pylint: disable=import-outside-toplevel
+    from onnx.reference import ReferenceEvaluator
     feeds = {n: known[n] for n in node.input if n}
     graph = helper.make_graph(
         [node], "fold",
@@ -105,7 +104,7 @@ def _evaluate(node: onnx.NodeProto, known: dict, opset: int) -> list[np.ndarray]
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             outputs = ReferenceEvaluator(model).run(None, feeds)
-    except Exception:  # pylint: disable=broad-except  # not foldable here: TVM converts it
+    except Exception:  # not foldable here: TVM converts it
         return None
     values = [np.asarray(v) for v in outputs]
     if any(v.dtype == object or v.size > MAX_ELEMENTS for v in values):

@@ -6,7 +6,7 @@ A check takes (node, constants) and returns a reason, or '' when the node is fin
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import onnx
 

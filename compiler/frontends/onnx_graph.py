@@ -55,7 +55,7 @@ def node_attrs(node: onnx.NodeProto) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-def constant_values(model: onnx.ModelProto) -> "Constants":
+def constant_values(model: onnx.ModelProto) -> Constants:
     """Initializers and Constant-node outputs of the main graph, as numpy (read on first
     access: an import builds this several times, and most of a model's weights are never
     looked at by a rewrite)."""

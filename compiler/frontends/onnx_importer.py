@@ -16,10 +16,10 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend
 
-from .onnx_graph import name_hint
-from .onnx_ops import model_opset
 from .onnx_bitcast import bitcast
+from .onnx_graph import name_hint
 from .onnx_loop import convert_loop
+from .onnx_ops import model_opset
 from .onnx_runtime_axes import REDUCTIONS, convert_reduction
 from .onnx_runtime_params import CONVERTERS as RUNTIME_PARAM_CONVERTERS
 from .onnx_symbolic import SymbolicShapes

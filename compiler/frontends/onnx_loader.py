@@ -12,15 +12,20 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, numpy_helper
 
-from aotc.errors import (AotcError, CompileError, ModelLoadError, UnsupportedModelError,
-                         meaningful_line)
+from aotc.errors import (
+    AotcError,
+    CompileError,
+    ModelLoadError,
+    UnsupportedModelError,
+    meaningful_line,
+)
 from aotc.runtime.exotic_dtypes import carried_dtype
 from aotc.runtime.signature import ModelSignature, TensorSpec
 
 from .imported import ImportedModel, output_specs
 from .onnx_fold import fold_constants
-from .onnx_graph import GraphInfo, with_fixed_inputs
 from .onnx_functions import expand_functions
+from .onnx_graph import GraphInfo, with_fixed_inputs
 from .onnx_lowbit import CARRIED, carry_narrow_types, needs_carrying
 from .onnx_ops import check_ops, model_opset, ops_to_expand
 from .onnx_qlinear import expand_qlinear
@@ -41,7 +46,8 @@ def read_onnx(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelPr
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as err:  # protobuf raises DecodeError and friends
-        raise ModelLoadError(f"{path}: not a readable ONNX model ({type(err).__name__}: {err})") from None
+        raise ModelLoadError(f"{path}: not a readable ONNX model "
+                             f"({type(err).__name__}: {err})") from None
     _check_external_data(model, path)
     if any(external_data_helper.uses_external_data(t) for t in _initializers(model)):
         external_data_helper.load_external_data_for_model(model, str(path.parent))
@@ -162,7 +168,7 @@ def import_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None,
     inputs = [TensorSpec(t.name, tuple(shapes[t.name]), t.dtype) for t in inputs]
     declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
     model = prepare_for_tvm(model, shapes)
-    from .onnx_importer import import_graph  # pylint: disable=import-outside-toplevel
+    from .onnx_importer import import_graph
     try:
         # Inputs with named dims are left out: the importer then makes them symbolic (tir.Var)
         # from the model's own dim_param; it rejects names given in shape_dict.

@@ -15,8 +15,8 @@ import onnx
 
 from aotc.errors import UnsupportedModelError
 
-from .onnx_gaps import gap_reason
 from .onnx_functions import function_schema
+from .onnx_gaps import gap_reason
 from .onnx_graph import constant_values
 from .onnx_qlinear import REWRITES as qlinear_rewrites
 from .onnx_rewrites import OWN_CONVERTERS
@@ -44,7 +44,7 @@ FOREIGN_CONVERTERS = frozenset({"Attention", "RMSNormalization"})
 
 def _converter_map() -> dict:
     """TVM's converters for standard ONNX ops (foreign ones left out)."""
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map  # pylint: disable=import-outside-toplevel
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
     return {op: conv for op, conv in _get_convert_map().items() if op not in FOREIGN_CONVERTERS}
 
 

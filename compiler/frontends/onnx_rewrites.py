@@ -13,7 +13,7 @@ A rewrite returns the nodes that replace ``node`` (outputs keep their names), or
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -21,9 +21,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aotc.errors import UnsupportedModelError
 
-from .onnx_graph import GraphInfo, node_attrs
 from .onnx_control import if_to_where
 from .onnx_dft import dft
+from .onnx_graph import GraphInfo, node_attrs
 from .onnx_rnn import expand_recurrent
 from .onnx_scan import unroll_scan
 

@@ -35,7 +35,7 @@ def checked_bytes(path: Path, trust_pickle: bool = False) -> io.BytesIO:
 
 
 def _pickle_member(data: bytes) -> str | None:
-    from torch.export.pt2_archive._package import PT2ArchiveReader  # pylint: disable=import-outside-toplevel
+    from torch.export.pt2_archive._package import PT2ArchiveReader
     try:
         reader = PT2ArchiveReader(io.BytesIO(data))
     except (RuntimeError, AssertionError):
@@ -55,7 +55,7 @@ def _pickle_member(data: bytes) -> str | None:
 
 
 def _is_legacy_archive(data: bytes) -> bool:
-    import zipfile  # pylint: disable=import-outside-toplevel
+    import zipfile
     try:
         return "version" in zipfile.ZipFile(io.BytesIO(data)).namelist()
     except zipfile.BadZipFile:
@@ -87,7 +87,7 @@ def _config_problem(reader, names: set[str], model: str) -> str | None:
 
 def _sample_inputs_problem(reader, names: set[str], model: str) -> str | None:
     """torch tries ``weights_only`` first and falls back to a full unpickle: try it here."""
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
     member = f"data/sample_inputs/{model}.pt"
     if member not in names:
         return None
@@ -96,8 +96,7 @@ def _sample_inputs_problem(reader, names: set[str], model: str) -> str | None:
         return None
     try:
         torch.load(io.BytesIO(payload), weights_only=True)
-    except Exception:  # pylint: disable=broad-except
-        # weights_only refuses with several exception types (UnpicklingError, RuntimeError,
-        # AttributeError...): any refusal means torch would unpickle it for real
+    except Exception:  # weights_only refuses with several exception types (UnpicklingError,
+        # RuntimeError, AttributeError...): any refusal means torch would unpickle it for real
         return f"unpickle {member} (sample inputs that weights_only loading refuses)"
     return None

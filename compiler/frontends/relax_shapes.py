@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax, tirx
-from tvm.script import tirx as T
 from tvm.relax import op as R
+from tvm.script import tirx as T
 
 
 def static_shape(expr: relax.Expr) -> list[int] | None:

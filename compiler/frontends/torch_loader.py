@@ -16,7 +16,7 @@ from .torch_rewrites import CUSTOM_CONVERTERS, drop_empty_cat_inputs
 
 
 def _export(module, example_inputs):
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
     if example_inputs is None:
         raise ModelLoadError("a torch.nn.Module needs example_inputs (a tuple of tensors)")
     if isinstance(example_inputs, torch.Tensor):
@@ -29,7 +29,7 @@ def _export(module, example_inputs):
 
 
 def _load_pt2(path: Path, trust_pickle: bool = False):
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such file")
     archive = checked_bytes(path, trust_pickle)
@@ -56,7 +56,7 @@ def import_torch(source, example_inputs=None, trust_pickle: bool = False) -> Imp
         program, name = _load_pt2(Path(source), trust_pickle), str(source)
     else:
         program, name = _export(source, example_inputs), type(source).__name__
-    from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
+    from tvm.relax.frontend.torch import from_exported_program
     program = program.run_decompositions()  # what TVM's importer would see; done once, here
     drop_empty_cat_inputs(program)
     check_torch_ops(program, name)

@@ -13,8 +13,7 @@ from aotc.errors import UnsupportedModelError
 
 
 def converter_names() -> set[str]:
-    from tvm.relax.frontend.torch.exported_program_translator import (  # pylint: disable=import-outside-toplevel
-        ExportedProgramImporter)
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
     return set(ExportedProgramImporter().create_convert_map())
 
 

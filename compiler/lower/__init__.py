@@ -79,7 +79,7 @@ class ApplyRulesSafely:
             return None
         try:
             return self.tuned.schedule_for(func, target, default)
-        except Exception as err:  # pylint: disable=broad-except  # a record that does not replay
+        except Exception as err:  # a record that does not replay
             name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
             LOG.warning("tuned schedule for kernel %s did not apply (%s): default rules",
                         name, meaningful_line(err))
@@ -103,7 +103,7 @@ def first_schedule_that_works(rules, func, target):
             # once left every conv of ResNet-18 unscheduled (100x slower, no error).
             raise CompileError(f"schedule rule {type(rule).__name__} failed on kernel "
                                f"{name}: {type(err).__name__}: {err}") from err
-        except Exception as err:  # pylint: disable=broad-except  # ScheduleError and friends
+        except Exception as err:  # ScheduleError and friends
             LOG.debug("schedule rule %s rejected kernel %s: %s", type(rule).__name__, name,
                       meaningful_line(err))
             continue

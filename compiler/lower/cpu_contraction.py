@@ -15,8 +15,15 @@ from tvm.target import Target
 
 from aotc.targets import simd
 
-from .cpu_blocks import (_MAX_ROW_BLOCK, accumulator_vectors, _extent, _largest_divisor,
-                         schedule_injective_block, small_enough_to_inline, vector_lanes)
+from .cpu_blocks import (
+    _MAX_ROW_BLOCK,
+    _extent,
+    _largest_divisor,
+    accumulator_vectors,
+    schedule_injective_block,
+    small_enough_to_inline,
+    vector_lanes,
+)
 from .cpu_depthwise import Window, find_window, inline_into_window, place_window, window_rows
 
 # Unroll depths of the innermost reduction the tuner may try (the untuned schedule: 1).
@@ -53,7 +60,6 @@ def _tile_axes_static(info) -> bool:
     batch are fused into the parallel loop."""
     kinds, dom = info.dom_kind(), info.dom()
     spatial = [d for d, k in zip(dom, kinds) if k == "S"]
-    reduce = [d for d, k in zip(dom, kinds) if k == "R"]
     return bool(spatial)
 
 
@@ -222,8 +228,8 @@ class Contraction(ScheduleRule):
         block = main.block_rv
         kinds = main.dom_kind()
         loops = sch.get_loops(block)
-        spatial = [l for l, k in zip(loops, kinds) if k == "S"]
-        reduce = [l for l, k in zip(loops, kinds) if k == "R"]
+        spatial = [loop for loop, k in zip(loops, kinds) if k == "S"]
+        reduce = [loop for loop, k in zip(loops, kinds) if k == "R"]
         col_ext = _extent(sch, spatial[-1])
         # a symbolic column axis was padded to whole vectors (_pad_ragged_tile)
         col_inner = _column_block(col_ext, lanes) if col_ext is not None else lanes

@@ -8,7 +8,8 @@ accumulators; each step of the reduction broadcasts G activation values per row 
 16xG weight block per V, which the instruction multiplies and adds (int8: ``vpdpbusd``, G=4,
 4x an fp32 FMA's multiply-adds; bf16: ``vdpbf16ps``, G=2). Kernels of targets without the
 instruction are left to ``Contraction`` (plain multiply-adds: correct, slower than fp32).
-The measurements behind the tile choices below: docs/design/measurements.md#compilerlowercpu_dotpy."""
+The measurements behind the tile choices below:
+docs/design/measurements.md#compilerlowercpu_dotpy."""
 
 from __future__ import annotations
 
@@ -22,11 +23,10 @@ from tvm.target import Target
 
 from aotc.targets import bf16_dot, fp16_dot, int8_dot, simd
 
-from ..dot_kernels import BF16, CROP_BLOCK, FORMATS, INT8, DotFormat
-from .cpu_blocks import (_extent, _largest_divisor,
-                         schedule_injective_block, vector_lanes)
+from ..dot_kernels import CROP_BLOCK, FORMATS, DotFormat
+from .cpu_blocks import _extent, _largest_divisor, schedule_injective_block, vector_lanes
 from .cpu_contraction import GUARDED_TILE_ACCUMULATORS, Contraction, inline_padding
-from .dot_intrinsics import BF16_16x2, BF16_LLVM, VNNI_16x4
+from .dot_intrinsics import BF16_LLVM, BF16_16x2, VNNI_16x4
 
 # (format name, the target's instruction set for it) -> (tensor intrinsic, LLVM IR it calls);
 # float32: no intrinsic, every CPU target has vector multiply-adds
@@ -139,7 +139,7 @@ def _inline_side_input(sch, producer, main) -> bool:
 def _rows_static(sch, main) -> bool:
     """Whether the tile's row axis is static (a symbolic row count arrives as symbolic blocks
     of SYMBOLIC_ROWS static rows: PrepackWeights)."""
-    spatial = [l for l, k in zip(sch.get_loops(main.block_rv), main.dom_kind()) if k == "S"]
+    spatial = [loop for loop, k in zip(sch.get_loops(main.block_rv), main.dom_kind()) if k == "S"]
     return len(spatial) < 2 or _extent(sch, spatial[-2]) is not None
 
 
@@ -238,8 +238,8 @@ class PackedDot(ScheduleRule):
         block = main.block_rv
         loops = sch.get_loops(block)
         kinds = main.dom_kind()
-        spatial = [l for l, k in zip(loops, kinds) if k == "S"]
-        reduce = [l for l, k in zip(loops, kinds) if k == "R"]
+        spatial = [loop for loop, k in zip(loops, kinds) if k == "S"]
+        reduce = [loop for loop, k in zip(loops, kinds) if k == "R"]
         if len(spatial) < 2:  # one output row (unit axes are dropped): a new unit row axis
             spatial.insert(0, sch.add_unit_loop(spatial[0]))
         channel_outer, channel_lane = sch.split(spatial[-1], factors=[None, fmt.lanes])

@@ -12,8 +12,13 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .cpu_blocks import (_extent, schedule_injective_block, small_enough_to_inline,
-                         touches_bool, vector_lanes)
+from .cpu_blocks import (
+    _extent,
+    schedule_injective_block,
+    small_enough_to_inline,
+    touches_bool,
+    vector_lanes,
+)
 
 
 class Generic(ScheduleRule):
@@ -47,12 +52,12 @@ class Generic(ScheduleRule):
             ext = _extent(sch, loops[last_spatial])
             if (ext and ext >= lanes and ext % lanes == 0 and _reads_contiguous(sch, block)
                     and not touches_bool(sch, block)):
-                reduce = [l for l, k in zip(loops, kinds) if k == "R"]
+                reduce = [loop for loop, k in zip(loops, kinds) if k == "R"]
                 sch.reorder(*reduce, loops[last_spatial])
                 outer, inner = sch.split(loops[last_spatial], factors=[None, lanes])
                 sch.reorder(outer, *reduce, inner)
                 sch.vectorize(inner)
-                spatial = [l for l, k in zip(loops, kinds) if k == "S"][:-1] + [outer]
+                spatial = [loop for loop, k in zip(loops, kinds) if k == "S"][:-1] + [outer]
                 fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
                 sch.parallel(fused)
                 sch.decompose_reduction(block, reduce[0])

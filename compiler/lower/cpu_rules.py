@@ -8,7 +8,8 @@ Rules are tried in order; the first that accepts a PrimFunc schedules it:
   0. ``Attention``: the one-kernel attention FuseAttention makes (cpu_attention.py).
   1. ``WinogradTransform``: the input and output transforms of the Winograd 3x3 convs
      (cpu_winograd.py; their matmul is a packed contraction, PackedDot's).
-  2. ``PackedDot``: the packed int8 (quantized) and bf16 (--precision bf16) conv/matmul kernels, tensorized onto the
+  2. ``PackedDot``: the packed int8 (quantized) and bf16 (--precision bf16) conv/matmul kernels,
+  tensorized onto the
      target's dot-product instruction (cpu_dot.py); on targets without one they fall through.
   3. ``Contraction``: one multiply-accumulate reduction (conv2d in NHWC/HWIO, matmul, batch
      matmul) with injective producers and epilogues. Register-blocks the two innermost output
@@ -29,12 +30,14 @@ from .cpu_attention import Attention
 from .cpu_blocks import schedule_injective_block, touches_bool, vector_lanes
 from .cpu_contraction import Contraction
 from .cpu_dot import PackedDot
+from .cpu_generic import Generic, RowReduction, inline_injective_chains
 from .cpu_rows import RowWise
 from .cpu_winograd import WinogradTransform
-from .cpu_generic import Generic, RowReduction, inline_injective_chains
 
-RULES = (Attention(), WinogradTransform(), PackedDot(), Contraction(), RowWise(), RowReduction(), Generic())
+RULES = (Attention(), WinogradTransform(), PackedDot(), Contraction(), RowWise(), RowReduction(),
+         Generic())
 
-__all__ = ["Attention", "Contraction", "PackedDot", "RowWise", "Generic", "RULES", "RowReduction", "WinogradTransform",
+__all__ = ["Attention", "Contraction", "PackedDot", "RowWise", "Generic", "RULES", "RowReduction",
+           "WinogradTransform",
            "inline_injective_chains",
            "schedule_injective_block", "touches_bool", "vector_lanes"]

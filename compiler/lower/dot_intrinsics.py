@@ -62,7 +62,8 @@ BF16_LLVM = f"""
 define <16 x float> @{BF16_FUNCTION}(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) {{
   %a16 = bitcast <16 x i32> %a to <32 x bfloat>
   %b16 = bitcast <16 x i32> %b to <32 x bfloat>
-  %r = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %a16, <32 x bfloat> %b16)
+  %r = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %a16,
+  <32 x bfloat> %b16)
   ret <16 x float> %r
 }}
 declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)

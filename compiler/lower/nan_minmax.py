@@ -2,7 +2,8 @@
 
 Why: TVM legalizes them to TIR ``max``/``min``, which LLVM lowers to a compare and select that
 drops a NaN operand: Relu(NaN) came out 0 and Max(NaN, 1) came out 1, where onnxruntime, torch
-and numpy give NaN (so do ONNX Elu and HardSigmoid, built from these; Clip(NaN, 0, 1) gave 0 or 1). A NaN that turns into a
+and numpy give NaN (so do ONNX Elu and HardSigmoid, built from these; Clip(NaN, 0, 1) gave 0 or 1).
+A NaN that turns into a
 plausible number is a silent wrong answer. Here a float result is NaN when either operand is;
 integers keep TOPI's kernels. Reductions (ReduceMax, MaxPool) are not these ops and keep theirs.
 

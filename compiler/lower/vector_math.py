@@ -24,7 +24,6 @@ from tvm import relax, te, tirx, topi
 from ..relax_walk import one_value
 
 
-
 def _fast_exp(x: te.Tensor) -> te.Tensor:
     return topi.fast_exp(x)
 

@@ -10,15 +10,24 @@ Helpers shared by the groups: pattern_rewrite, step (and compiler/relax_walk.py,
 compile reports use too)."""
 
 from . import cleanup, fusion
-from .folding import FoldChannelAffine, FoldConstantsNumpy, LegalizeDynamicSlices
-from .importer_fixes import (Conv1dAsConv2d, LiftMinMaxCallTIR, RemoveIdentityBroadcast, RemoveInferenceDropout,
-                             SumOfStackToAdd, WholeInputPooling)
 from .cleanup import CollapseLayoutChains, FoldPadIntoConv
+from .folding import FoldChannelAffine, FoldConstantsNumpy, LegalizeDynamicSlices
 from .fusion import FuseAttention
+from .importer_fixes import (
+                             Conv1dAsConv2d,
+                             LiftMinMaxCallTIR,
+                             RemoveIdentityBroadcast,
+                             RemoveInferenceDropout,
+                             SumOfStackToAdd,
+                             WholeInputPooling,
+)
 from .layout import ConvertLayoutNHWC
 from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants
 
-__all__ = ["CollapseLayoutChains", "Conv1dAsConv2d", "ConvertLayoutNHWC", "FoldPadIntoConv", "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
+# the groups pipeline.py calls steps() of, then the passes tests and callers import by name
+__all__ = ["cleanup", "fusion",
+           "CollapseLayoutChains", "Conv1dAsConv2d", "ConvertLayoutNHWC", "FoldPadIntoConv",
+           "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
            "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
            "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
            "SumOfStackToAdd", "WholeInputPooling"]

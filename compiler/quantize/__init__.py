@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from aotc.options import CompileOptions
 
+from ..contraction_sites import Site, main_sites
 from ..passes.step import Step
 from .annotate import AnnotateInt8
 from .bf16 import ConvertBF16
@@ -21,7 +22,6 @@ from .fold_into_quantize import FoldIntoQuantize
 from .fp16 import ConvertFP16
 from .realize import RealizeInt8
 from .residual_from_quantized import ResidualFromQuantized
-from ..contraction_sites import Site, main_sites
 
 
 def steps(options: CompileOptions) -> list[Step]:

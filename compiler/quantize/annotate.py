@@ -20,9 +20,9 @@ from tvm import relax
 
 from aotc.options import DYNAMIC
 
+from ..contraction_sites import main_sites
 from ..relax_walk import mutate_functions
 from .params import ActivationParams, quantize_weight
-from ..contraction_sites import main_sites
 
 
 def _scalar(value, dtype):

@@ -3,7 +3,8 @@ as bfloat16 dot products with float32 accumulation.
 
 Runs in the quantize phase, after RealizeInt8 (layers int8 took are no longer float32
 contractions; a model can mix both: --skip-layers left out of int8 then go bf16), before
-lowering. Each site (contraction_sites.py: NHWC conv2d of one group, matmul with a 2-D constant weight)
+lowering. Each site (contraction_sites.py: NHWC conv2d of one group, matmul with a 2-D constant
+weight)
 becomes
     xb  = to_bf16_bits(x)                                 uint16, round to nearest even
     y   = bf16 kernel(xb, prepacked bf16 W)               float32 sums (compiler/dot_kernels.py)
@@ -13,7 +14,8 @@ as 2 bytes a value. The weights are rounded to bfloat16 and packed at compile ti
 
 Which sites: every one (``bytes_per_row`` can keep small weights float32). With the 4-row
 matmul tiles of cpu_dot.MATMUL_TILE_ROWS a bf16 matmul runs at about twice its float32 twin
-on an AVX512-BF16 CPU (docs/design/measurements.md#compilerquantizebf16py). Rows that no 4-8-row tile divides (ViT's 197 tokens)
+on an AVX512-BF16 CPU (docs/design/measurements.md#compilerquantizebf16py). Rows that no 4-8-row
+tile divides (ViT's 197 tokens)
 or that are symbolic are padded to blocks of 8, as PrepackWeights pads float32 ones.
 
 What stays float32, and why: depthwise/grouped convolutions (no dot product over channels to
@@ -29,10 +31,16 @@ import tvm
 from tvm import relax
 
 from .. import dot_kernels
-from ..frontends.relax_shapes import static_shape
 from ..contraction_sites import Site
-from ..passes.layout.prepack_weights import (convert_sites, pads_rows, row_blocks_packed,
-                                             site_kind, site_packed_call, tile_rows)
+from ..frontends.relax_shapes import static_shape
+from ..passes.layout.prepack_weights import (
+    convert_sites,
+    pads_rows,
+    row_blocks_packed,
+    site_kind,
+    site_packed_call,
+    tile_rows,
+)
 
 BYTES_PER_ROW = 0.0
 

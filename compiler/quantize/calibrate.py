@@ -9,8 +9,8 @@ is the float32 model's, and the activations show each layer's quantization error
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import tvm
@@ -18,9 +18,9 @@ from tvm import relax
 
 from aotc.options import CompileOptions
 
+from ..contraction_sites import Site
 from ..relax_walk import mutate_functions
 from . import observers
-from ..contraction_sites import Site
 
 
 @relax.expr_functor.mutator

@@ -22,7 +22,8 @@ before the padding. Depthwise convs with other inputs are left to DepthwiseHalfI
 
 It pays only together with FoldIntoQuantize, which drops the relu6 the quantize repeats and
 folds the scales into one multiply-add; without it the expand convs' uint8 epilogue costs
-more than the bytes saved. Measurements: docs/design/measurements.md#compilerquantizedepthwise_byte_inputpy.
+more than the bytes saved. Measurements:
+docs/design/measurements.md#compilerquantizedepthwise_byte_inputpy.
 
 Where: quantize phase, after RealizeInt8 and before DepthwiseHalfInput; only when int8 sites
 were annotated (``enabled``)."""

@@ -6,17 +6,18 @@ reference)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from aotc.errors import CompileError
 from aotc.options import DYNAMIC, CompileOptions, QuantizeOptions
 
+from ..contraction_sites import Site, main_sites
 from ..pipeline import in_phase, run_phases
 from . import samples as sample_io
 from .calibrate import CalibrationRun, build_observed, calibrate
 from .narrow_islands import narrow_islands
-from ..contraction_sites import Site, main_sites
 
 if TYPE_CHECKING:
     from tvm import relax

@@ -35,8 +35,14 @@ from tvm import relax
 
 from ..frontends.relax_shapes import static_shape
 from ..lower.reciprocal_quantize import reciprocals
-from ..relax_walk import (constant_values, has_main, mutate_functions, one_value, op_name,
-                          single_use_values)
+from ..relax_walk import (
+    constant_values,
+    has_main,
+    mutate_functions,
+    one_value,
+    op_name,
+    single_use_values,
+)
 
 _CODES = {"uint8": (0, 255), "int8": (-128, 127)}
 

@@ -32,8 +32,7 @@ from tvm import relax
 
 from .. import dot_kernels
 from ..contraction_sites import Site
-from ..passes.layout.prepack_weights import (convert_sites, packs_well, site_kind,
-                                             site_packed_call)
+from ..passes.layout.prepack_weights import convert_sites, packs_well, site_kind, site_packed_call
 
 MAX_REDUCTION = 4608
 

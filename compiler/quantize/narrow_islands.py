@@ -4,7 +4,8 @@ and whose output reaches no other int8 layer. Such a conv (an image model's stem
 float32 depthwise conv or a layer norm) pays for int8 twice, quantizing its input (a pass of
 its own when the input is the model's) and widening its output back, and saves little.
 
-Measurements (MobileNetV2's stem faster in float32; ResNet-18's, which feeds int8 convs, slower): docs/design/measurements.md#compilerquantizenarrow_islandspy."""
+Measurements (MobileNetV2's stem faster in float32; ResNet-18's, which feeds int8 convs,
+slower): docs/design/measurements.md#compilerquantizenarrow_islandspy."""
 
 from __future__ import annotations
 

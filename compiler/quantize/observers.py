@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from aotc.options import CALIBRATION_METHODS as METHODS
+
 _BINS = 2048
 
 

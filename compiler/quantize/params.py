@@ -17,7 +17,7 @@ class ActivationParams:
     zero_point: int
 
     @staticmethod
-    def from_range(low: float, high: float) -> "ActivationParams":
+    def from_range(low: float, high: float) -> ActivationParams:
         """The range widened to hold 0.0 exactly (zero padding must stay zero)."""
         low, high = min(float(low), 0.0), max(float(high), 0.0)
         if high - low < 1e-12:

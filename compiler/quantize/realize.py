@@ -27,10 +27,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..frontends.relax_shapes import static_shape
-from ..relax_walk import mutate_functions
 from .. import dot_kernels
+from ..frontends.relax_shapes import static_shape
 from ..passes.layout.prepack_weights import packed_call
+from ..relax_walk import mutate_functions
+
 
 @dataclass(frozen=True)
 class _Int8Site:

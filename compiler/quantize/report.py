@@ -12,9 +12,9 @@ import numpy as np
 
 from aotc.options import DYNAMIC
 
+from ..contraction_sites import Site
 from .calibrate import CalibrationRun
 from .params import ActivationParams, quantize_weight, sqnr_db
-from ..contraction_sites import Site
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -13,7 +13,8 @@ the residual path too. Only conv activations are rerouted: transformers' residua
 carry outliers that int8 would clip.
 
 It needs cpu_dot's inlining of an epilogue's side input: scheduled as a pass of its own, the
-dequantize would make the model slower. Measurements: docs/design/measurements.md#compilerquantizeresidual_from_quantizedpy.
+dequantize would make the model slower. Measurements:
+docs/design/measurements.md#compilerquantizeresidual_from_quantizedpy.
 
 Where: quantize phase, between AnnotateInt8 and RealizeInt8 (it looks for the
 quantize/dequantize pairs annotate wrote in front of conv2d sites).

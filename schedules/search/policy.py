@@ -90,7 +90,7 @@ class Policy:
                            "updates": self.updates})
 
     @classmethod
-    def from_json(cls, text: str) -> "Policy":
+    def from_json(cls, text: str) -> Policy:
         data = json.loads(text)
         return cls(which=data["which"], move=data["move"], baseline=data["baseline"],
                    updates=data["updates"])

@@ -319,7 +319,8 @@ class RLSearch(PySearchStrategy):
         return [group or [_Start(self.spaces[i], None, i)] for i, group in enumerate(groups)]
 
     def _replay(self, trace: Trace):
-        sch = tvm.s_tir.Schedule(self.context.mod, seed=self.rng.randint(1, 2**31 - 1), debug_mask=0,
+        sch = tvm.s_tir.Schedule(self.context.mod, seed=self.rng.randint(1, 2**31 - 1),
+                                 debug_mask=0,
                                  error_render_level="none")
         try:
             trace.apply_to_schedule(sch, remove_postproc=True)
@@ -333,7 +334,8 @@ class RLSearch(PySearchStrategy):
         scored in an earlier round and not chosen comes back when an episode reaches it
         again: the cost model that passed it over has been retrained since (dropped for good,
         the neighbourhood of the measured best would run dry within a few rounds, judged by
-        the least-trained models). ``novel`` marks a kernel never scored before: a design space whose episodes find
+        the least-trained models). ``novel`` marks a kernel never scored before: a design space
+        whose episodes find
         none is spent for the next round."""
         out = []
         for proposal in proposals:

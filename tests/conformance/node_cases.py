@@ -109,7 +109,7 @@ def _aotc(model, feed) -> list:
             aotc.compile(model, output=out, input_shapes=fixed_shapes(model, feed) or None)
         except UnsupportedModelError as err:
             raise _Failed("unsupported", str(err).split(": ", 1)[-1]) from None
-        except Exception as err:  # pylint: disable=broad-except  # every failure is a result
+        except Exception as err:  # every failure is a result
             kind = "" if isinstance(err, AotcError) else "(not an aotc error) "
             raise _Failed("compile", kind + _one_line(err)) from None
         import fresh_runner  # the model runs where TVM's compiler was never loaded
@@ -117,7 +117,7 @@ def _aotc(model, feed) -> list:
             return list(fresh_runner.load(out).run(feed).values())
         except fresh_runner.RunnerDied as err:
             raise _Failed("crash", str(err)) from None
-        except Exception as err:  # pylint: disable=broad-except
+        except Exception as err:
             raise _Failed("run", _one_line(err)) from None
 
 
@@ -129,14 +129,14 @@ def _plain_tvm(model, feed) -> list:
         shapes = {n: list(a.shape) for n, a in feed.items()}
         mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
         exe = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
         raise _Failed("compile", _one_line(err)) from None
     try:
         vm = relax.VirtualMachine(exe, tvm.cpu())
         result = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in feed.values()])
         items = list(result) if isinstance(result, (list, tuple, tvm.ir.Array)) else [result]
         return [item.numpy() for item in items]
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
         raise _Failed("run", _one_line(err)) from None
 
 
@@ -145,11 +145,11 @@ def _onnxruntime(model, feed) -> list:
     try:
         session = ort.InferenceSession(model.SerializeToString(),
                                        providers=["CPUExecutionProvider"])
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
         raise _Failed("compile", _one_line(err)) from None
     try:
         return session.run(None, feed)
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
         raise _Failed("run", _one_line(err)) from None
 
 

@@ -37,7 +37,7 @@ def expected_path(suite: str) -> Path:
 
 def _suite_module(suite: str):
     sys.path.insert(0, str(HERE))
-    import importlib  # pylint: disable=import-outside-toplevel
+    import importlib
     return importlib.import_module(SUITES[suite])
 
 
@@ -96,7 +96,7 @@ class Worker:
 
 
 def case_names(suite: str, name_filter: str | None, every: int = 1) -> list[str]:
-    import warnings  # pylint: disable=import-outside-toplevel
+    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         names = list(_suite_module(suite).load_cases())

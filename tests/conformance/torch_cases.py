@@ -93,7 +93,7 @@ def _run(info) -> tuple[str, str]:
     with torch.no_grad():
         try:
             expected = module(*op.tensors)
-        except Exception as err:  # pylint: disable=broad-except  # the sample itself is bad
+        except Exception as err:  # the sample itself is bad
             return "unsupported", f"eager torch failed: {type(err).__name__}"
     expected = _flatten(expected)
     if expected is None:
@@ -102,7 +102,7 @@ def _run(info) -> tuple[str, str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.export.export(module, op.tensors)
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
         return "unsupported", f"torch.export failed: {type(err).__name__}"
     return _compile_and_compare(module, op.tensors, expected)
 
@@ -127,7 +127,7 @@ def _compile_and_compare(module, tensors, expected) -> tuple[str, str]:
                 aotc.compile(module, example_inputs=tensors, output=out)
         except UnsupportedModelError as err:
             return "unsupported", str(err).split(": ", 1)[-1]
-        except Exception as err:  # pylint: disable=broad-except  # every failure is a result
+        except Exception as err:  # every failure is a result
             kind = "" if isinstance(err, AotcError) else "(not an aotc error) "
             return "compile", f"{kind}{type(err).__name__}: {meaningful_line(err)}"
         import fresh_runner  # the model runs where TVM's compiler was never loaded
@@ -135,7 +135,7 @@ def _compile_and_compare(module, tensors, expected) -> tuple[str, str]:
             got = list(fresh_runner.load(out)(*[t.numpy() for t in tensors]).values())
         except fresh_runner.RunnerDied as err:
             return "crash", str(err)
-        except Exception as err:  # pylint: disable=broad-except
+        except Exception as err:
             return "run", f"{type(err).__name__}: {meaningful_line(err)}"
     return _compare(got, [_to_numpy(e) for e in expected])
 
@@ -145,7 +145,7 @@ def _to_numpy(tensor):
     import torch
     tensor = tensor.detach()
     if tensor.dtype == torch.bfloat16:
-        import ml_dtypes  # pylint: disable=import-outside-toplevel
+        import ml_dtypes
         return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return tensor.numpy()
 

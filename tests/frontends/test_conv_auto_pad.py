@@ -5,11 +5,11 @@ modes, VALID)."""
 import numpy as np
 import onnx
 import pytest
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 from aotc.compiler.frontends.onnx_graph import GraphInfo, node_attrs
 from aotc.compiler.frontends.onnx_rewrites import conv_auto_pad
-from helpers import check_against_onnxruntime
 
 
 def _model(auto_pad: str, size: int, kernel: int, stride: int, dilation: int = 1):

@@ -6,7 +6,6 @@ import warnings
 
 import numpy as np
 import torch
-
 from helpers import compile_and_load
 
 

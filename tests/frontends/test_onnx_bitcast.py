@@ -3,9 +3,8 @@ view of the same bits, for floats, half floats and bool."""
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-
 from helpers import compile_and_load
+from onnx import TensorProto, helper
 
 
 @pytest.mark.parametrize("src,dst,values", [

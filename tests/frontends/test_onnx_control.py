@@ -8,9 +8,8 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper
-
 from helpers import check_against_onnxruntime, compile_and_load
+from onnx import TensorProto, helper
 
 
 class VoiceGate(torch.nn.Module):

@@ -4,9 +4,8 @@ onesided (rfft), onesided inverse (irfft) and dft_length, against numpy's float6
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
 from helpers import compile_and_load
+from onnx import TensorProto, helper
 
 RNG = np.random.default_rng(0)
 

@@ -5,12 +5,14 @@ the Expand with a run-time shape, and the compile was refused."""
 
 import numpy as np
 import onnx
-from onnx import TensorProto as TP, helper as h, numpy_helper as nh
+from helpers import check_against_onnxruntime
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper as nh
 
 from aotc.compiler.frontends.onnx_fold import fold_constants
 from aotc.compiler.frontends.onnx_graph import GraphInfo
 from aotc.compiler.frontends.onnx_loader import fold_to_fixpoint
-from helpers import check_against_onnxruntime
 
 
 def _const(name, value):

@@ -3,12 +3,12 @@ bodies (compiler/frontends/onnx_functions.py) and match onnxruntime."""
 
 import numpy as np
 import onnx
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 
 from aotc.compiler.frontends.onnx_functions import expand_functions
 from aotc.compiler.frontends.onnx_graph import GraphInfo
 from aotc.compiler.frontends.onnx_ops import ops_to_expand
-from helpers import check_against_onnxruntime
 
 
 def _nll_model():
@@ -84,9 +84,8 @@ def test_ops_whose_tvm_converter_fails_use_the_spec_body(tmp_path):
     """RMSNormalization over axis 0 failed to lower in TVM (now expanded from its body); Elu
     on float16 mixed float32 constants in (now computed in float32). Both match onnx's
     reference."""
-    from onnx.reference import ReferenceEvaluator
-
     from helpers import compile_and_load
+    from onnx.reference import ReferenceEvaluator
     rms = helper.make_model(helper.make_graph(
         [helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=0)], "rms",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),

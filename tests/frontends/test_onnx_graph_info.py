@@ -3,7 +3,8 @@ on first use."""
 
 import numpy as np
 import onnx
-from onnx import helper as h, numpy_helper as nh
+from onnx import helper as h
+from onnx import numpy_helper as nh
 
 from aotc.compiler.frontends import onnx_graph
 from aotc.compiler.frontends.onnx_graph import GraphInfo

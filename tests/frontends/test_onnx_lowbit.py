@@ -6,12 +6,12 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from helpers import compile_and_load
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from aotc.compiler.frontends.onnx_graph import GraphInfo
 from aotc.compiler.frontends.onnx_lowbit import CARRIED, carry_narrow_types
-from helpers import compile_and_load
 
 
 def _cast_model(src: int, dst: int, n: int, **attrs) -> onnx.ModelProto:

@@ -10,11 +10,16 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                      quantize_dynamic, quantize_static)
+from onnx_builders import tiny_cnn
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    QuantFormat,
+    QuantType,
+    quantize_dynamic,
+    quantize_static,
+)
 
 import aotc
-from onnx_builders import tiny_cnn
 
 RNG = np.random.default_rng(0)
 

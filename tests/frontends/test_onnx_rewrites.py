@@ -5,6 +5,7 @@ compiled and gave a silent wrong answer, or failed in TVM's importer."""
 import numpy as np
 import onnx
 import pytest
+from helpers import check_against_onnxruntime, compile_and_load
 from onnx import TensorProto, helper, numpy_helper
 
 import aotc
@@ -12,7 +13,6 @@ from aotc.compiler.frontends.onnx_fold import fold_constants
 from aotc.compiler.frontends.onnx_graph import GraphInfo, with_fixed_inputs
 from aotc.compiler.frontends.onnx_rewrites import apply_rewrites, output_shape_pads
 from aotc.errors import UnsupportedModelError
-from helpers import check_against_onnxruntime, compile_and_load
 
 F = TensorProto.FLOAT
 
@@ -55,7 +55,8 @@ def test_layer_norm_statistics(tmp_path):
 
 def test_dropout_mask_is_bool(tmp_path):
     model = _model([helper.make_node("Dropout", ["x"], ["y", "mask"])],
-                   [_vi("x", F, [2, 3])], [_vi("y", F, [2, 3]), _vi("mask", TensorProto.BOOL, [2, 3])])
+                   [_vi("x", F, [2, 3])],
+                   [_vi("y", F, [2, 3]), _vi("mask", TensorProto.BOOL, [2, 3])])
     assert "Dropout" not in _rewritten_ops(model)[0]
     _, got = _check(model, tmp_path, {"x": np.ones((2, 3), np.float32)}, "dropout")
     assert got["mask"].dtype == np.bool_ and got["mask"].all()

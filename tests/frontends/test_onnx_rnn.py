@@ -8,9 +8,8 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
-
 from helpers import check_against_onnxruntime, compile_and_load
+from onnx import TensorProto, helper, numpy_helper
 from test_torch_frontend import ConvGRU, LSTMTagger
 
 
@@ -42,7 +41,8 @@ def _rnn_model(op, direction="forward", layout=0, seq_lens=False, hidden=4):
     dirs = 2 if direction == "bidirectional" else 1
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.3, n)
-               for n, s in (("W", (dirs, gates * hidden, feat)), ("R", (dirs, gates * hidden, hidden)),
+               for n, s in (("W", (dirs, gates * hidden, feat)),
+                            ("R", (dirs, gates * hidden, hidden)),
                             ("B", (dirs, 2 * gates * hidden)))]
     inputs = ["x", "W", "R", "B"] + (["lens"] if seq_lens else [])
     x_shape = [batch, seq, feat] if layout else [seq, batch, feat]

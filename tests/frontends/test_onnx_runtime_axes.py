@@ -5,10 +5,10 @@ and stops with a named error on an axis out of range."""
 import numpy as np
 import onnx
 import pytest
+from helpers import check_against_onnxruntime, compile_and_load
 from onnx import TensorProto, helper
 
 from aotc.errors import ModelRunError
-from helpers import check_against_onnxruntime, compile_and_load
 
 SHAPE = [2, 3, 4]
 

@@ -6,10 +6,10 @@ and a run-time shape or split that does not fit the data is a named error, not a
 import numpy as np
 import onnx
 import pytest
+from helpers import check_against_onnxruntime, compile_and_load
 from onnx import TensorProto, helper
 
 from aotc.errors import ModelRunError
-from helpers import check_against_onnxruntime, compile_and_load
 
 
 def _model(node, inputs, n_outputs=1, opset=18):

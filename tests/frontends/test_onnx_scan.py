@@ -4,11 +4,11 @@ onnxruntime; the unrolled graph has no Scan left and one body copy per step."""
 
 import numpy as np
 import onnx
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 
 from aotc.compiler.frontends.onnx_graph import GraphInfo
 from aotc.compiler.frontends.onnx_scan import unroll_scan
-from helpers import check_against_onnxruntime
 
 STEPS = 5
 

@@ -6,9 +6,9 @@ where TOPI takes [N, 2, H, W])."""
 
 import pytest
 import torch
+from helpers import check_against_torch
 
 from aotc.compiler.frontends.torch_rewrites import drop_empty_cat_inputs
-from helpers import check_against_torch
 
 
 class EmptyCats(torch.nn.Module):

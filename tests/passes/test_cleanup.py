@@ -4,10 +4,10 @@ other pads alone. Each checks the IR after the pass and equal numbers before and
 
 import numpy as np
 import tvm
+from relax_helpers import main_ops, one_input_module
 from tvm import relax
 
 from aotc.compiler.passes import CollapseLayoutChains, FoldPadIntoConv
-from relax_helpers import main_ops, one_input_module
 
 RNG = np.random.default_rng(0)
 TARGET = tvm.target.Target({"kind": "llvm"})

@@ -5,12 +5,12 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 from tvm.script import relax as R
 
 from aotc.compiler.passes import Conv1dAsConv2d
-from helpers import check_against_onnxruntime
 
 
 def test_conv1d_becomes_conv2d_over_a_unit_height():

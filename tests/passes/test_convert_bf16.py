@@ -5,16 +5,17 @@ After the pass: the conv2d and the constant-weight matmul are bf16 kernels (call
 conv2d_bf16 / matmul_bf16) fed by to_bf16 conversions, their biases and ReLU still float32
 ops after them; the depthwise conv and the activation-by-activation matmul are still float32
 Relax ops. With a weight threshold (2 MB a row), small weights stay float32 (nothing changes
-here: every weight is under 1 MB); the default converts every site. Numbers: the converted module equals the float32 one
+here: every weight is under 1 MB); the default converts every site. Numbers: the converted module
+equals the float32 one
 computed on bfloat16-rounded inputs and weights, up to float32 rounding."""
 
 import ml_dtypes
 import numpy as np
 import tvm
+from relax_helpers import main_ops, run_main
 from tvm import relax
 
 from aotc.compiler.quantize import ConvertBF16
-from relax_helpers import main_ops, run_main
 
 RNG = np.random.default_rng(0)
 

@@ -5,10 +5,10 @@ other precision), the pass leaves the module as it is. Numbers: the converted mo
 the float32 one, cosine > 0.9999 (float16 sums)."""
 
 import numpy as np
+from relax_helpers import run_main
 from tvm import relax
 
 from aotc.compiler.quantize.fp16 import ConvertFP16
-from relax_helpers import run_main
 
 RNG = np.random.default_rng(0)
 

@@ -12,12 +12,12 @@ torch."""
 import numpy as np
 import pytest
 import tvm
+from helpers import assert_near_torch, inverted_residual_block
+from relax_helpers import main_ops, run_main
 from tvm import relax
 
 from aotc.compiler.quantize import DepthwiseByteInput
 from aotc.compiler.quantize.depthwise_byte_input import U8_LEVELS
-from helpers import assert_near_torch, inverted_residual_block
-from relax_helpers import main_ops, run_main
 
 RNG = np.random.default_rng(0)
 CHANNELS = 16
@@ -97,6 +97,7 @@ def test_numbers_within_half_a_step_per_input():
 def test_an_int8_inverted_residual_block_reads_bytes_and_matches_torch(tmp_path):
     pytest.importorskip("torch")
     import torch
+
     import aotc
     from aotc.options import QuantizeOptions
 

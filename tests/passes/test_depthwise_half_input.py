@@ -8,10 +8,10 @@ input (2^-11 relative per tap)."""
 
 import numpy as np
 import tvm
+from relax_helpers import main_ops, run_main
 from tvm import relax
 
 from aotc.compiler.quantize import DepthwiseHalfInput
-from relax_helpers import main_ops, run_main
 
 RNG = np.random.default_rng(0)
 

@@ -5,10 +5,10 @@ is left alone."""
 
 import numpy as np
 import tvm
+from relax_helpers import main_ops
 from tvm import relax
 
 from aotc.compiler.passes import FoldChannelAffine
-from relax_helpers import main_ops
 
 RNG = np.random.default_rng(0)
 

@@ -12,12 +12,12 @@ twice). Legalized with aotc's map, as compile does (lower/reciprocal_quantize.py
 import numpy as np
 import pytest
 import tvm
+from relax_helpers import main_ops, one_input_module
 from tvm import relax
 
 from aotc.compiler.lower.reciprocal_quantize import LEGALIZE_MAP
 from aotc.compiler.quantize import FoldIntoQuantize
 from aotc.targets import resolve
-from relax_helpers import main_ops, one_input_module
 
 TARGET = tvm.target.Target(resolve("x86").tvm_target)
 RNG = np.random.default_rng(0)

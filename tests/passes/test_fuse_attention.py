@@ -6,11 +6,11 @@ left alone. CombineProjections: matmuls sharing an input with constant weights b
 import numpy as np
 import pytest
 import tvm
+from relax_helpers import main_ops
 from tvm import relax
 
 from aotc.compiler.passes.fusion import CombineProjections, FuseAttention
 from aotc.compiler.passes.fusion.attention import PATTERN_NAME
-from relax_helpers import main_ops
 
 RNG = np.random.default_rng(0)
 TARGET = tvm.target.Target({"kind": "llvm"})

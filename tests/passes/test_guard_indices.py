@@ -9,15 +9,19 @@ import onnx
 import pytest
 import torch
 import tvm
+from helpers import (
+    check_against_onnxruntime,
+    check_against_torch,
+    compile_and_load,
+    run_in_fresh_process,
+)
 from onnx import TensorProto, helper
 from tvm import relax
 from tvm.script import relax as R
 
+import aotc
 from aotc.compiler.passes import GuardIndices
 from aotc.errors import CompileError, ModelRunError
-import aotc
-from helpers import (check_against_onnxruntime, check_against_torch, compile_and_load,
-                     run_in_fresh_process)
 
 
 def _ops(mod: tvm.IRModule) -> list[str]:
@@ -55,7 +59,7 @@ def test_the_importers_negative_wrap_is_replaced_by_the_guard():
         with R.dataflow():
             negative = R.less(i, R.const(0, "int64"))
             wrapped = R.add(i, R.const(4, "int64"))
-            fixed = R.where(negative, wrapped, i)
+            fixed = R.where(negative, wrapped, i)  # noqa: F841  (the pass leaves it)
             y = R.take(x, fixed, axis=0)
             R.output(y)
         return y
@@ -68,7 +72,7 @@ def test_the_importers_negative_wrap_is_replaced_by_the_guard():
         with R.dataflow():
             negative = R.less(i, R.const(0, "int64"))
             wrapped = R.add(i, R.const(4, "int64"))
-            fixed = R.where(negative, wrapped, i)
+            fixed = R.where(negative, wrapped, i)  # noqa: F841
             checked = R.call_tir(guard, (i, x), out_ty=R.Tensor((2,), "int64"))
             y = R.take(x, checked, axis=0, mode="clip")
             R.output(y)

@@ -5,12 +5,12 @@ products stay within one float16 ulp of the exact answer (a float16 accumulator 
 import numpy as np
 import onnx
 import tvm
+from helpers import compile_and_load
 from onnx import TensorProto, helper
 from tvm import relax
 from tvm.script import relax as R
 
 from aotc.compiler.passes import HalfInFloat32
-from helpers import compile_and_load
 
 
 def _calls(func) -> list[relax.Call]:

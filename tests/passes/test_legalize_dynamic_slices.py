@@ -5,11 +5,11 @@ run-time starts (which failed in FuseOps) compiles and matches onnxruntime."""
 import numpy as np
 import onnx
 import tvm
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 from tvm import relax
 
 from aotc.compiler.passes import LegalizeDynamicSlices
-from helpers import check_against_onnxruntime
 
 
 def _slice_module() -> tvm.IRModule:

@@ -4,11 +4,11 @@ model computes the same."""
 import numpy as np
 import onnx
 import tvm
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from aotc.compiler.passes import LiftMinMaxCallTIR
-from helpers import check_against_onnxruntime
 
 
 def _clip_model():

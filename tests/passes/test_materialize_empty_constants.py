@@ -5,11 +5,11 @@ constants and empty inputs load and match onnxruntime."""
 import numpy as np
 import onnx
 import tvm
+from helpers import check_against_onnxruntime, compile_and_load
 from onnx import TensorProto, helper
 from tvm import relax
 
 from aotc.compiler.passes import MaterializeEmptyConstants
-from helpers import check_against_onnxruntime, compile_and_load
 
 
 def test_empty_constants_become_kernel_outputs():

@@ -7,7 +7,8 @@ kernels (call_tir conv2d_packed / matmul_packed / matmul_packed1) with weights
 [2, 3, 3, 3, 16, 1], [2, 96, 16, 1] and [1, 32, 16, 1]; the 13-row matmul (no row tile
 between 4 and 8) reads its rows padded to two blocks of 8 (pad_rows) and crops them in its
 kernel; the depthwise conv (no packed kernel) and the 24-channel conv (not whole blocks of 16)
-are still Relax ops; bias and ReLU stay after the kernels. With 8 lanes (AVX2) the 24-channel conv is packed too; with none (a GPU
+are still Relax ops; bias and ReLU stay after the kernels. With 8 lanes (AVX2) the 24-channel conv
+is packed too; with none (a GPU
 target) nothing changes. Numbers: equal to the original (same products, same order).
 
 An NCHW image (3 channels) transposed to NHWC for its conv: after the pass the packed conv
@@ -18,10 +19,10 @@ with and without spatial padding, unscheduled and (compiled by aotc.compile) aga
 import numpy as np
 import pytest
 import tvm
+from relax_helpers import assert_lanes_keep_numbers, main_ops
 from tvm import relax
 
 from aotc.compiler.passes.layout import PrepackWeights
-from relax_helpers import assert_lanes_keep_numbers, main_ops
 
 RNG = np.random.default_rng(0)
 

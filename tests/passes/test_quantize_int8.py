@@ -11,10 +11,10 @@ rounding, and both are near the float32 original."""
 
 import numpy as np
 import tvm
+from relax_helpers import main_ops, run_main
 from tvm import relax
 
 from aotc.compiler.quantize import AnnotateInt8, RealizeInt8, main_sites
-from relax_helpers import main_ops, run_main
 
 RNG = np.random.default_rng(0)
 
@@ -73,7 +73,8 @@ def test_realized_matches_annotated():
     annotated = AnnotateInt8(_ranges(before))(before)
     realized = RealizeInt8()(annotated)
     x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
-    reference, fake, real = (run_main(m, x, "icelake-server") for m in (before, annotated, realized))
+    reference, fake, real = (run_main(m, x, "icelake-server")
+                             for m in (before, annotated, realized))
     np.testing.assert_allclose(real, fake, rtol=1e-3, atol=1e-3)
     cosine = float(fake.ravel() @ reference.ravel()
                    / np.linalg.norm(fake) / np.linalg.norm(reference))

@@ -3,11 +3,11 @@
 import numpy as np
 import onnx
 import tvm
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 from tvm.script import relax as R
 
 from aotc.compiler.passes import RemoveIdentityBroadcast
-from helpers import check_against_onnxruntime
 
 
 def _module():

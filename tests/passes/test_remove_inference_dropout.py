@@ -3,11 +3,11 @@ compiled model matches onnxruntime (where Dropout is the identity at inference).
 
 import onnx
 import tvm
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 from tvm.script import relax as R
 
 from aotc.compiler.passes import RemoveInferenceDropout
-from helpers import check_against_onnxruntime
 
 
 def _dropout_model():

@@ -9,11 +9,10 @@ the residual path too, as in onnxruntime's QDQ models; this test's range covers 
 
 import numpy as np
 import tvm
+from relax_helpers import run_main
 from tvm import relax
 
-from aotc.compiler.quantize import (AnnotateInt8, RealizeInt8, ResidualFromQuantized,
-                                    main_sites)
-from relax_helpers import run_main
+from aotc.compiler.quantize import AnnotateInt8, RealizeInt8, ResidualFromQuantized, main_sites
 
 RNG = np.random.default_rng(0)
 RANGE = (-16.0, 16.0)  # covers y here: the residual is rounded, not clipped

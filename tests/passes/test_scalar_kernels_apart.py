@@ -4,7 +4,9 @@ graph FuseTIR failed on without it (a GPT-2 exported with past values) is compil
 checked against onnxruntime in tests/test_kv_cache.py."""
 
 import tvm
-from tvm.script import ir as I, relax as R, tirx as T
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
 
 from aotc.compiler.passes.lowering import ScalarKernelsApart
 

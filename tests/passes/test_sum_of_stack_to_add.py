@@ -3,12 +3,11 @@ ConvertLayout can handle the model), other stack/sum uses stay, and outputs do n
 
 import numpy as np
 import onnx
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
-from tvm import relax
 from tvm.script import relax as R
 
 from aotc.compiler.passes import SumOfStackToAdd
-from helpers import check_against_onnxruntime
 
 SHAPE = [1, 4, 5, 5]
 

@@ -5,12 +5,12 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from tvm import relax
+from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
+from tvm import relax
 from tvm.script import relax as R
 
 from aotc.compiler.passes import WholeInputPooling
-from helpers import check_against_onnxruntime
 
 
 def _pool_module(kind: str, pool_size, padding=(0, 0, 0, 0), layout="NCHW"):

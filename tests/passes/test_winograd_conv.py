@@ -11,11 +11,11 @@ changes. Numbers: the direct conv's within 1e-4 (the transforms round differentl
 
 import numpy as np
 import tvm
+from relax_helpers import assert_lanes_keep_numbers, main_ops
 from tvm import relax
 
 from aotc.compiler.passes.layout import WinogradConv
 from aotc.compiler.passes.layout.winograd_conv import tile_size
-from relax_helpers import assert_lanes_keep_numbers, main_ops
 
 RNG = np.random.default_rng(0)
 

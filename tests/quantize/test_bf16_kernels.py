@@ -9,13 +9,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tvm
+from kernel_helpers import build_scheduled, check_guard, guarded_output
 from tvm import te
 
 from aotc.compiler import dot_kernels as k
 from aotc.compiler.lower.cpu_dot import PackedDot
 from aotc.errors import TargetError
 from aotc.targets import bf16_dot, for_precision, resolve, x86
-from kernel_helpers import build_scheduled, check_guard, guarded_output
 
 BF16_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 2})
 RNG = np.random.default_rng(0)
@@ -106,7 +106,8 @@ def test_rule_declines_without_bf16():
 
 @pytest.mark.parametrize("name,precision,words", [
     ("x86-vnni", "bf16", "AVX512-BF16"), ("x86-avx2", "bf16", "AVX512-BF16"),
-    ("arm", "bf16", "not built"), ("cuda", "bf16", "not built"), ("x86-vnni", "fp16", "AVX512-FP16"),
+    ("arm", "bf16", "not built"), ("cuda", "bf16", "not built"), ("x86-vnni", "fp16",
+                                                                  "AVX512-FP16"),
     ("x86-bf16", "fp16", "AVX512-FP16"), ("arm", "fp16", "not built")])
 def test_targets_refuse_what_they_lack(name, precision, words):
     with pytest.raises(TargetError, match=words):

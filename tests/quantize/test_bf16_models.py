@@ -12,11 +12,11 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
+from relax_helpers import assert_matches
 
 import aotc
 from aotc.cli import main
 from aotc.targets import x86
-from relax_helpers import assert_matches
 
 RNG = np.random.default_rng(0)
 needs_bf16 = pytest.mark.skipif(not x86._BF16_FLAGS <= x86.cpu_flags(),

@@ -9,7 +9,9 @@ import onnxruntime as ort
 import pytest
 import tvm
 from click.testing import CliRunner
+from kernel_helpers import build_scheduled, check_guard, guarded_output
 from onnx import TensorProto, helper, numpy_helper
+from relax_helpers import assert_matches
 from tvm import te
 
 import aotc
@@ -17,8 +19,6 @@ from aotc.cli import main
 from aotc.compiler import dot_kernels as k
 from aotc.compiler.lower.cpu_dot import PackedDot
 from aotc.targets import fp16_dot, x86
-from kernel_helpers import build_scheduled, check_guard, guarded_output
-from relax_helpers import assert_matches
 
 SPR = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
 RNG = np.random.default_rng(0)

@@ -6,12 +6,12 @@ the rule declines (Contraction schedules the kernel as plain integer loops)."""
 import numpy as np
 import pytest
 import tvm
+from kernel_helpers import build_scheduled, check_guard, guarded_output
 from tvm import te
 
+from aotc.compiler import dot_kernels as k
 from aotc.compiler.lower.cpu_contraction import Contraction
 from aotc.compiler.lower.cpu_dot import PackedDot, tile_shape
-from aotc.compiler import dot_kernels as k
-from kernel_helpers import build_scheduled, check_guard, guarded_output
 
 VNNI = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 RNG = np.random.default_rng(0)

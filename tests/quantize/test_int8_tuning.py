@@ -34,8 +34,8 @@ def test_int8_kernels_are_searched_in_the_default_rules_spaces_only(tiny_onnx):
     from tvm.s_tir import meta_schedule as ms
 
     from aotc.compiler.lower.cpu_dot import packed_format
-    from aotc.schedules.space import search_space
     from aotc.schedules.measure import task_module
+    from aotc.schedules.space import search_space
     calib = np.random.default_rng(0).standard_normal((4, 1, 8, 12, 12)).astype(np.float32)
     tasks, target, _default = tuning_tasks(tiny_onnx, "x86",
                                            quantize=aotc.QuantizeOptions(list(calib)))

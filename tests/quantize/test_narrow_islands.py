@@ -6,6 +6,7 @@ stays int8, as does a wide conv with nothing int8 after it. Through the compile:
 names the float32 stem and why, and the int8 model still matches float32."""
 
 import numpy as np
+from helpers import assert_near_torch
 from tvm import relax
 
 import aotc
@@ -13,7 +14,6 @@ from aotc.compiler.quantize import main_sites
 from aotc.compiler.quantize.driver import chosen_sites
 from aotc.compiler.quantize.narrow_islands import narrow_islands
 from aotc.options import QuantizeOptions
-from helpers import assert_near_torch
 
 RNG = np.random.default_rng(0)
 

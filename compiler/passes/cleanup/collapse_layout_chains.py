@@ -18,8 +18,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from ..pattern_rewrite import rewrite_module
 from ...relax_walk import single_use_values
+from ..pattern_rewrite import rewrite_module
 
 _SHAPE_ONLY = ("relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten")
 

@@ -27,8 +27,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from ..pattern_rewrite import rewrite_module
 from ...relax_walk import single_use_values
+from ..pattern_rewrite import rewrite_module
 
 MAX_ROUNDS = 8
 

@@ -18,5 +18,6 @@ def steps() -> list[Step]:
             Step(WholeInputPooling(), 2), Step(Conv1dAsConv2d(), 2)]
 
 
-__all__ = ["Conv1dAsConv2d", "LiftMinMaxCallTIR", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
+__all__ = ["Conv1dAsConv2d", "LiftMinMaxCallTIR", "RemoveIdentityBroadcast",
+           "RemoveInferenceDropout",
            "SumOfStackToAdd", "WholeInputPooling", "steps"]

@@ -27,7 +27,7 @@ def _minmax_kind(func: tirx.PrimFunc) -> str | None:
     try:
         sch = s_tir.Schedule(func)
         found = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
         return None  # not a single-root block function: not ours to rewrite
     if len(found) != 1 or not isinstance(found[0].body, tirx.BufferStore):
         return None

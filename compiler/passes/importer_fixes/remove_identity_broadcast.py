@@ -1,4 +1,5 @@
-"""RemoveIdentityBroadcast: ``broadcast_to(x, s)`` where ``x`` already has shape ``s`` becomes ``x``.
+"""RemoveIdentityBroadcast: ``broadcast_to(x, s)`` where ``x`` already has shape ``s`` becomes
+``x``.
 
 Why: TVM 0.27's ONNX importer broadcasts every input of a variadic op (``Sum``, ``Max``...) to
 the common shape, even when all shapes already agree. ConvertLayout does not convert

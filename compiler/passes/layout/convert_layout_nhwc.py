@@ -38,7 +38,7 @@ class ConvertLayoutNHWC:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         try:
             return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(mod)
-        except Exception as err:  # pylint: disable=broad-except  # TVM raises InternalError
+        except Exception as err:  # TVM raises InternalError
             reason = meaningful_line(err) or type(err).__name__
             LOG.warning("ConvertLayout to NHWC refused this model, keeping NCHW: %s", reason)
             return mod

@@ -5,7 +5,8 @@ compile time as ``[OC/L, KH, KW, IC, L]`` / ``[N/L, K, L]``, L = the target's fl
 Why: with HWIO / [K, N] weights, each reduction step of a register tile reads L floats of a
 different row, ``OC`` floats apart: for weights past the L2 cache that is one page per step,
 and such kernels run at half the rate of cache-resident ones. Packed, a tile streams its
-weight block in order (docs/design/measurements.md#compilerpasseslayoutprepack_weightspy). Results are bit-identical: the same products
+weight block in order (docs/design/measurements.md#compilerpasseslayoutprepack_weightspy). Results
+are bit-identical: the same products
 summed in the same order.
 
 Where it sits: after the quantize phase (int8 and bf16 take their sites first: what is left
@@ -26,7 +27,7 @@ to Contraction, such matmuls ran unpacked at about half the speed of a fixed-len
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import tvm

@@ -14,7 +14,8 @@ at least ``_MIN_CHANNELS`` input channels (fewer: the matmul's reduction is too 
 for the transforms; not measured below 16) and at least ``_MIN_TILES`` output tiles. Each
 transformed weight, (m+2)^2/9 times the size of the direct one, is used once per tile: with
 few tiles the matmul streams more weight bytes than it computes on. Timed alone the weights
-stay in L2 and every layer gains; end to end they do not (docs/design/measurements.md#compilerpasseslayoutwinograd_convpy).
+stay in L2 and every layer gains; end to end they do not
+(docs/design/measurements.md#compilerpasseslayoutwinograd_convpy).
 Tile size: m=4 where that
 leaves ``_MIN_TILES`` tiles, else m=2 where that does. Sits in the pack phase before
 PrepackWeights (which packs the direct convs left), after the quantize phase (int8, bf16 and
@@ -25,7 +26,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ... import dot_kernels, winograd_kernels as wk
+from ... import dot_kernels
+from ... import winograd_kernels as wk
 from ...contraction_sites import Site
 from .prepack_weights import convert_sites, packs_well
 

@@ -8,7 +8,8 @@ function TVM's Python package registers. A model using them ran in the process t
 it and failed in every other ("top-k compiles and then fails in a new process").
 
 How: sort, argsort, top-k and median become ``call_te`` of lower/sort_kernels.py (a stable
-merge sort, its permutation gathered and, for top-k, cut to k; median picks the lower middle); nonzero counts the non-zero elements
+merge sort, its permutation gathered and, for top-k, cut to k; median picks the lower middle);
+nonzero counts the non-zero elements
 first (that count is its output's extent) and then calls lower/nonzero_kernel.py.
 
 Where: before DispatchSortScan and LegalizeOps. compiler/runtime_deps.py refuses whatever
