@@ -7,7 +7,8 @@
 """
 
 from .api import compile, load, tune
-from .options import CompileOptions, QuantizeOptions
+from .options import CompileOptions, QuantizeOptions, TuneOptions
 
 __version__ = "0.1.0"
-__all__ = ["CompileOptions", "QuantizeOptions", "compile", "load", "tune", "__version__"]
+__all__ = ["CompileOptions", "QuantizeOptions", "TuneOptions", "compile", "load", "tune",
+           "__version__"]

@@ -206,33 +206,32 @@ def _tuning_logs(extra, shipped_logs: bool = True) -> list[Path]:
     return shipped + paths
 
 
-def tune(model, target: str = "x86", trials: int | None = 64,
-         log: str | Path = "tuning.jsonl", *, time_budget: float | None = None,
-         search: str = "rl", input_shapes: dict[str, tuple[int, ...]] | None = None,
-         example_inputs=None, seed: int = 0, options=None, rpc: str | None = None,
-         key: str | None = None, rpc_timeout: float = 60.0, measure=None, quantize=None,
-         progress: Callable[[str], None] | None = None):
+def tune(model, target: str = "x86", log: str | Path = "tuning.jsonl", tuning=None, *,
+         input_shapes: dict[str, tuple[int, ...]] | None = None, example_inputs=None,
+         options=None, quantize=None, progress: Callable[[str], None] | None = None,
+         **tuning_fields):
     """Tune the kernels ``aotc.compile`` would produce for ``model`` on ``target`` and append
     what beats the default rules to ``log`` (JSON lines; resumable: kernels the log already
-    has a record for are skipped). The budget is ``trials`` measurements, ``time_budget``
-    seconds, or whichever runs out first; ``search`` is "rl" or "evolutionary"
-    (aotc.schedules.search). With ``rpc`` ("HOST:PORT" of a TVM RPC tracker) and ``key``,
-    candidates are timed on the farm's servers of that key instead of this machine; a device
-    that does not finish a measurement within ``rpc_timeout`` seconds is left behind.
-    ``measure``: an ``aotc.measure_settings.MeasureSettings`` for candidates and references
-    (default ``measure_settings.TUNE``). ``quantize``: the ``aotc.QuantizeOptions`` the model
-    will be compiled with: its int8 kernels are tuned (calibrated the same way, so that the
-    workload keys match at compile time).
+    has a record for are skipped). ``tuning``: an ``aotc.TuneOptions`` (budget, search, seed,
+    device farm, measurement settings); its fields may also be given as keywords
+    (``trials=400``, ``rpc="10.0.0.5:9190", key="rk3588"``), which replace the ones in
+    ``tuning``. ``options``: the ``aotc.CompileOptions`` the model will be compiled with,
+    ``quantize`` its ``aotc.QuantizeOptions``: the int8 kernels are then tuned (calibrated
+    the same way, so that the workload keys match at compile time).
     Returns the tuning report (aotc.schedules.tune.TuneReport)."""
-    if rpc is not None:  # before TVM loads: a dead tracker is reported in seconds
+    import dataclasses
+
+    from aotc.options import TuneOptions
+    tuning = dataclasses.replace(tuning or TuneOptions(), **tuning_fields)
+    if tuning.rpc is not None:  # before TVM loads: a dead tracker is reported in seconds
         from aotc.farm import check_tracker
-        check_tracker(rpc)
+        check_tracker(tuning.rpc)
     from aotc.schedules import log as tuning_log
     from aotc.schedules import target_key
     from aotc.schedules.tune import Budget
     from aotc.schedules.tune import tune as run_tuner
 
-    measurement = _measurement(target, rpc, key, rpc_timeout, measure, options)  # in seconds
+    measurement = _measurement(target, tuning, options)
     say = progress or (lambda _msg: None)
     tasks, tvm_target, default_schedule = tuning_tasks(
         model, target, input_shapes=input_shapes, example_inputs=example_inputs,
@@ -244,20 +243,19 @@ def tune(model, target: str = "x86", trials: int | None = 64,
         checkpoints = tuning_log.best_records([log], key, beating_default=False, final=False)
     todo = [t for t in tasks if t.key not in done]
     say(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already in {log}")
-    return run_tuner(todo, tvm_target, Budget(trials, time_budget), log, default_schedule,
-                     search=search, seed=seed, checkpoints=checkpoints,
-                     measurement=measurement, say=say)
+    return run_tuner(todo, tvm_target, Budget(tuning.trials, tuning.time_budget), log,
+                     default_schedule, search=tuning.search, seed=tuning.seed,
+                     checkpoints=checkpoints, measurement=measurement, say=say)
 
 
-def _measurement(target: str, rpc: str | None, key: str | None, timeout_s: float = 60.0,
-                 settings=None, options=None):
+def _measurement(target: str, tuning, options=None):
     """Where candidates are timed: this machine (which must be able to), or a device farm."""
     from aotc.errors import TargetError
     from aotc.measure_settings import TUNE
     from aotc.schedules import farm, runners
     from aotc.targets import measurable_here
     spec = _target_spec(target, options)
-    settings = settings or TUNE
+    settings, rpc, key = tuning.measure or TUNE, tuning.rpc, tuning.key
     if rpc is None:
         why = measurable_here(spec)
         if why:
@@ -268,7 +266,7 @@ def _measurement(target: str, rpc: str | None, key: str | None, timeout_s: float
     if spec.runtime_device != "cpu":
         raise TargetError(f"tuning {target} through a farm is not built yet: the tuner times "
                           "CPU kernels only")
-    return runners.create(farm.Farm.parse(rpc, key, session_timeout_s=timeout_s),
+    return runners.create(farm.Farm.parse(rpc, key, session_timeout_s=tuning.rpc_timeout),
                           linker=spec.toolchain.compiler, settings=settings)
 
 

@@ -157,32 +157,19 @@ PRECISION_OPTION = click.option(
 @PRECISION_OPTION
 @quantize_options
 @_guard
-def compile_cmd(model, target, output, input_shape, input_range, buckets, kv_capacity, bind,
-                dump_ir, opt_level, disabled, explain, tuning_logs, no_shipped, trust_pickle,
-                precision, **quantize):
+def compile_cmd(model, target, output, input_shape, tuning_logs, no_shipped, **opts):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
     from aotc.api import compile as compile_model
-    from aotc.compiler.frontends.shapes import (
-        parse_bind,
-        parse_buckets,
-        parse_input_range,
-        parse_input_shape,
-    )
-    from aotc.options import CompileOptions
+    from aotc.compiler.frontends.shapes import parse_input_shape
 
-    shapes = dict(parse_input_shape(s) for s in input_shape)
-    options = CompileOptions(opt_level=opt_level, disabled_passes=disabled, explain=explain,
-                             dump_ir=dump_ir, precision=precision, trust_pickle=trust_pickle,
-                             dim_ranges=dict(parse_input_range(r) for r in input_range),
-                             bound_inputs=dict(parse_bind(b) for b in bind),
-                             buckets=dict(parse_buckets(b) for b in buckets),
-                             kv_capacity=kv_capacity)
-    int8 = _quantize_options(**quantize)
+    int8 = _quantize_options(**{name: opts.pop(name) for name in QUANTIZE_FLAGS})
+    options = _compile_options(**opts)
     start = time.perf_counter()
-    meta = compile_model(model, target, output, input_shapes=shapes, options=options,
-                         tuning_logs=list(tuning_logs), shipped_logs=not no_shipped,
-                         quantize=int8, progress=_progress(start))
-    if explain:
+    meta = compile_model(model, target, output,
+                         input_shapes=dict(parse_input_shape(s) for s in input_shape),
+                         options=options, tuning_logs=list(tuning_logs),
+                         shipped_logs=not no_shipped, quantize=int8, progress=_progress(start))
+    if options.explain:
         click.echo(meta["explain"]["table"])
     if int8 is not None:
         click.echo(meta["quantization_report"]["table"])
@@ -196,6 +183,23 @@ def compile_cmd(model, target, output, input_shape, input_range, buckets, kv_cap
     click.echo(f"wrote {output} ({Path(output).stat().st_size / 1e6:.1f} MB, target "
                f"{meta['target']['name']}, {meta['compile_seconds']} s, "
                f"{len(meta['kernels'])} kernels{tuned})")
+
+
+def _compile_options(input_range, buckets, bind, disabled, **fields):
+    """CompileOptions from compile's flags: the parsed ones, and the rest by field name."""
+    from aotc.compiler.frontends.shapes import parse_bind, parse_buckets, parse_input_range
+    from aotc.options import CompileOptions
+    return CompileOptions(disabled_passes=disabled,
+                          dim_ranges=dict(parse_input_range(r) for r in input_range),
+                          bound_inputs=dict(parse_bind(b) for b in bind),
+                          buckets=dict(parse_buckets(b) for b in buckets), **fields)
+
+
+# the flags quantize_options adds, as the command receives them
+QUANTIZE_FLAGS = ("quantize", "calib", "calib_method", "percentile", "skip_layers",
+                  "keep_first_last", "evaluation")
+# the flags measure_options adds
+MEASURE_FLAGS = ("number", "repeat", "min_repeat_ms", "cache_flush")
 
 
 def _quantize_options(quantize, calib, calib_method, percentile, skip_layers, keep_first_last,
@@ -263,26 +267,23 @@ def _measure_settings(number, repeat, min_repeat_ms, cache_flush):
 @PRECISION_OPTION
 @quantize_options
 @_guard
-def tune_cmd(model, target, trials, time_budget, search, log_path, input_shape, seed, rpc, key,
-             number, repeat, min_repeat_ms, cache_flush, trust_pickle, precision, **quantize):
+def tune_cmd(model, target, log_path, input_shape, trust_pickle, precision, **opts):
     """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
     those that beat the default rules). Resumes: finished kernels in the log are skipped."""
-    if rpc:  # before anything imports TVM: a dead tracker is reported in seconds
+    if opts["rpc"]:  # before anything imports TVM: a dead tracker is reported in seconds
         from aotc.farm import check_tracker
-        check_tracker(rpc)
+        check_tracker(opts["rpc"])
     from aotc.api import tune
     from aotc.compiler.frontends.shapes import parse_input_shape
-    from aotc.options import CompileOptions
+    from aotc.options import CompileOptions, TuneOptions
 
-    shapes = dict(parse_input_shape(s) for s in input_shape)
+    quantize = _quantize_options(**{name: opts.pop(name) for name in QUANTIZE_FLAGS})
+    measure = _measure_settings(*(opts.pop(name) for name in MEASURE_FLAGS))
     start = time.perf_counter()
-    if trials is None and time_budget is None:
-        trials = 64
-    report = tune(model, target, trials, log_path, time_budget=time_budget, search=search,
-                  input_shapes=shapes, seed=seed, rpc=rpc, key=key, progress=_progress(start),
-                  measure=_measure_settings(number, repeat, min_repeat_ms, cache_flush),
+    report = tune(model, target, log_path, TuneOptions(measure=measure, **opts),
+                  input_shapes=dict(parse_input_shape(s) for s in input_shape),
                   options=CompileOptions(precision=precision, trust_pickle=trust_pickle),
-                  quantize=_quantize_options(**quantize))
+                  quantize=quantize, progress=_progress(start))
     for line in report.lines():
         click.echo(line)
     click.echo(f"appended to {log_path}; compile with --tuning-log {log_path}")

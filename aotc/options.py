@@ -116,3 +116,37 @@ class CompileOptions:
         object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))
         if self.dump_ir is not None:
             object.__setattr__(self, "dump_ir", Path(self.dump_ir))
+
+
+SEARCHES = ("rl", "evolutionary")
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How one ``aotc tune`` run searches and where it measures.
+
+    trials: measurements in all, spread over the kernels by weight; with ``time_budget`` the
+        run stops at whichever runs out first (None and no time budget: 64).
+    time_budget: wall-clock seconds for the search.
+    search: "rl" (aotc's) or "evolutionary" (MetaSchedule's, the baseline).
+    seed: the search's random seed.
+    rpc: "HOST:PORT" of a TVM RPC tracker: candidates are timed on its servers of ``key``.
+    key: the tracker key of the devices to measure on (with ``rpc``).
+    rpc_timeout: seconds a device may take for one measurement before it is left behind.
+    measure: an ``aotc.measure_settings.MeasureSettings`` for candidates and references
+        (None: ``measure_settings.TUNE``)."""
+
+    trials: int | None = 64
+    time_budget: float | None = None
+    search: str = "rl"
+    seed: int = 0
+    rpc: str | None = None
+    key: str | None = None
+    rpc_timeout: float = 60.0
+    measure: object | None = None
+
+    def __post_init__(self):
+        if self.search not in SEARCHES:
+            raise ValueError(f"search must be one of {SEARCHES}, got {self.search!r}")
+        if self.trials is None and self.time_budget is None:
+            object.__setattr__(self, "trials", 64)

@@ -37,12 +37,12 @@ def one_run(model: Path, servers: int, trials: int, folder: Path) -> dict:
     """Tune through a farm of ``servers`` servers (0: locally, without a farm)."""
     if servers == 0:
         start = time.perf_counter()
-        report = aotc.tune(model, "x86", trials, folder / "local.jsonl")
+        report = aotc.tune(model, "x86", folder / "local.jsonl", trials=trials)
         return _row(0, report, time.perf_counter() - start)
     farm = LoopbackFarm(servers, key="bench")
     try:
         start = time.perf_counter()
-        report = aotc.tune(model, "x86", trials, folder / f"farm{servers}.jsonl",
+        report = aotc.tune(model, "x86", folder / f"farm{servers}.jsonl", trials=trials,
                            rpc=farm.address, key="bench")
         seconds = time.perf_counter() - start
     finally:

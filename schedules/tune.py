@@ -134,16 +134,15 @@ def tune(tasks: list[Task], target: tvm.target.Target, budget: Budget, log_path,
     if not tasks:
         return report
     try:
-        return _tune(tasks, target, budget, log_path, default_schedule, search, seed,
-                     checkpoints, measurement, say, start, report)
+        run = _Run.start(tasks, target, log_path, default_schedule, search, checkpoints,
+                         measurement, say)
+        return _tune(run, budget, seed, start, report)
     finally:
         measurement.close()
 
 
-def _tune(tasks, target, budget, log_path, default_schedule, search, seed, checkpoints,
-          measurement, say, start, report) -> TuneReport:
-    run = _Run.start(tasks, target, log_path, default_schedule, search, checkpoints,
-                     measurement, say)
+def _tune(run: _Run, budget: Budget, seed: int, start: float, report: TuneReport) -> TuneReport:
+    tasks, target, log_path, search, say = run.tasks, run.target, run.log_path, run.search, run.say
     with warnings.catch_warnings():
         # XGBModel saves its booster on every retrain; xgboost warns about the format each time
         warnings.filterwarnings("ignore", message=".*UBJSON format.*")
@@ -152,8 +151,9 @@ def _tune(tasks, target, budget, log_path, default_schedule, search, seed, check
     report.trials = run.progress.trials
     report.ranking_accuracy = run.stats.ranking_accuracy
     for task_id, task in enumerate(tasks):
-        result, record = _best_against_default(task, target, run.database, default_schedule,
-                                               run.progress, task_id, search, measurement)
+        result, record = _best_against_default(task, target, run.database,
+                                               run.default_schedule, run.progress, task_id,
+                                               search, run.measurement)
         report.results.append(result)
         if record is not None:  # each as soon as it is known: a failure later keeps it
             tuning_log.append(log_path, [record])
@@ -179,6 +179,11 @@ class _Run:
     callbacks: list
     builder: PersistentBuilder
     runner: object
+    log_path: object = None
+    default_schedule: Callable = field(default=lambda func: func)
+    search: str = "rl"
+    measurement: object = None
+    say: Callable[[str], None] = field(default=lambda _m: None)
 
     @classmethod
     def start(cls, tasks, target, log_path, default_schedule, search, checkpoints,
@@ -205,7 +210,7 @@ class _Run:
         return cls(tasks, target, database, cost_model, stats, progress, callbacks,
                    PersistentBuilder(BUILD_TIMEOUT_S, on_built=progress.built,
                                      **measurement.builder_options()),
-                   measurement.runner())
+                   measurement.runner(), log_path, default_schedule, search, measurement, say)
 
     def search_round(self, trials: int, strategy, seed: int) -> None:
         contexts = [ms.TuneContext(task_module(t.func), target=self.target,

@@ -72,10 +72,11 @@ def test_status_lists_servers_per_key(loopback):
 def test_tracker_down_or_unknown_key_fail_within_seconds(tiny_onnx, loopback, tmp_path):
     start = time.monotonic()
     with pytest.raises(FarmError, match="not reachable"):
-        aotc.tune(tiny_onnx, "x86", 8, tmp_path / "t.jsonl", rpc=f"127.0.0.1:{free_port()}",
+        aotc.tune(tiny_onnx, "x86", tmp_path / "t.jsonl", trials=8, rpc=f"127.0.0.1:{free_port()}",
                   key="x86")
     with pytest.raises(FarmError, match="no server with key 'rk3588'.*keys there: x86"):
-        aotc.tune(tiny_onnx, "x86", 8, tmp_path / "t.jsonl", rpc=loopback.address, key="rk3588")
+        aotc.tune(tiny_onnx, "x86", tmp_path / "t.jsonl", trials=8, rpc=loopback.address,
+                  key="rk3588")
     assert time.monotonic() - start < 10
     status = CliRunner().invoke(main, ["farm", "status", f"127.0.0.1:{free_port()}"])
     assert status.exit_code == 1 and "not reachable" in status.output
@@ -86,7 +87,7 @@ def test_tracker_down_or_unknown_key_fail_within_seconds(tiny_onnx, loopback, tm
 def test_remote_tuning_is_applied_by_compile_and_matches(two_kernels, loopback, tmp_path):
     import onnxruntime as ort
     log = tmp_path / "farm.jsonl"
-    report = aotc.tune(two_kernels, "x86", 12, log, rpc=loopback.address, key="x86")
+    report = aotc.tune(two_kernels, "x86", log, trials=12, rpc=loopback.address, key="x86")
     assert report.trials >= 12 and report.results
     records, warnings = tuning_log.read(log)
     finals = [r for r in records if r.final]
@@ -105,7 +106,7 @@ def _tune_in_thread(model, farm: LoopbackFarm, log, trials: int, timeout: float)
 
     def work():
         try:
-            outcome["report"] = aotc.tune(model, "x86", trials, log, rpc=farm.address,
+            outcome["report"] = aotc.tune(model, "x86", log, trials=trials, rpc=farm.address,
                                           key="x86", rpc_timeout=timeout, progress=lines.append)
         except Exception as err:
             outcome["error"] = err
@@ -180,7 +181,8 @@ def test_arm_tuning_through_an_emulated_board(two_kernels, tmp_path):
         farm_procs.wait_for(lambda: servers_of(Farm("127.0.0.1", port, "rk3588")), 60,
                             "emulated board", board)
         log = tmp_path / "arm.jsonl"
-        report = aotc.tune(two_kernels, "arm", 12, log, rpc=f"127.0.0.1:{port}", key="rk3588")
+        report = aotc.tune(two_kernels, "arm", log, trials=12, rpc=f"127.0.0.1:{port}",
+                           key="rk3588")
         assert report.trials >= 12 and len(report.results) == 2
         assert sum(r.tuned_seconds is not None for r in report.results) >= 1
     finally:

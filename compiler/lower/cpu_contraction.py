@@ -6,6 +6,8 @@ elementwise epilogue is applied on the way out of the register tile."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad as BufferLoad
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -177,6 +179,42 @@ def _same_output_shape(sch: s_tir.Schedule, producer, consumer) -> bool:
         for a, b in zip(first, second))
 
 
+@dataclass
+class _Nest:
+    """The contraction block's loops before tiling, and what the tile's way out needs."""
+    block: object
+    spatial: list
+    reduce: list
+    epilogues: list = field(default_factory=list)
+    lanes: int = 16
+    padded: bool = False  # by _pad_ragged_tile: the first epilogue crops the padded result
+
+    @classmethod
+    def of(cls, sch, main, epilogues, lanes: int, padded: bool) -> _Nest:
+        kinds, loops = main.dom_kind(), sch.get_loops(main.block_rv)
+        return cls(main.block_rv, [loop for loop, k in zip(loops, kinds) if k == "S"],
+                   [loop for loop, k in zip(loops, kinds) if k == "R"], epilogues, lanes,
+                   padded)
+
+
+@dataclass
+class TilePlan:
+    """How the two innermost output axes were split into a register tile: ``col_outer`` and
+    ``row_out`` go parallel, ``row_in`` x ``col_vectors`` x ``col_in`` is the tile (rows,
+    vectors of ``vector`` lanes, lanes), ``k_inner`` an unrolled reduction step around it.
+    ``pixels_first``: parallel over output pixels before column blocks; ``window``: a
+    depthwise input window placed under the tap rows (cpu_depthwise.py)."""
+    col_outer: object
+    col_in: object
+    vector: int
+    col_vectors: object = None
+    row_out: object = None
+    row_in: object = None
+    k_inner: object = None
+    pixels_first: bool = False
+    window: Window | None = None
+
+
 class Contraction(ScheduleRule):
     """Register-blocked, vectorized schedule for conv2d (NHWC/HWIO), matmul and batch matmul."""
 
@@ -218,25 +256,20 @@ class Contraction(ScheduleRule):
                 _parallelize_outer(sch, producer.block_rv)
             else:
                 schedule_injective_block(sch, producer.block_rv, lanes)
-        self._schedule_main(sch, main, infos[main_index + 1:], lanes, accumulators, padded,
-                            tunable, pixels_first=guarded)
+        nest = _Nest.of(sch, main, infos[main_index + 1:], lanes, padded)
+        self._schedule_main(sch, nest, accumulators, tunable, pixels_first=guarded)
         return sch
 
-    def _schedule_main(self, sch, main, epilogues, lanes: int, accumulators: int,
-                       padded: bool = False, tunable: bool = False,
+    def _schedule_main(self, sch, nest: _Nest, accumulators: int, tunable: bool = False,
                        pixels_first: bool = False) -> None:
-        block = main.block_rv
-        kinds = main.dom_kind()
-        loops = sch.get_loops(block)
-        spatial = [loop for loop, k in zip(loops, kinds) if k == "S"]
-        reduce = [loop for loop, k in zip(loops, kinds) if k == "R"]
+        spatial, lanes = nest.spatial, nest.lanes
         col_ext = _extent(sch, spatial[-1])
         # a symbolic column axis was padded to whole vectors (_pad_ragged_tile)
         col_inner = _column_block(col_ext, lanes) if col_ext is not None else lanes
         row_ext = _extent(sch, spatial[-2]) if len(spatial) >= 2 else None
         if tunable and col_inner % lanes == 0 and (row_ext is not None or len(spatial) < 2):
-            self._schedule_main_sampled(sch, block, spatial, reduce, epilogues, lanes, padded,
-                                        col_inner, row_ext, accumulators, pixels_first)
+            self._schedule_main_sampled(sch, nest, col_inner, row_ext, accumulators,
+                                        pixels_first)
             return
         col_outer, col_in = sch.split(spatial[-1], factors=[None, col_inner])
         vector = _vector_width(col_inner, lanes)
@@ -252,8 +285,8 @@ class Contraction(ScheduleRule):
             row_inner = _largest_divisor(row_ext, row_limit) if row_ext is not None \
                 else SYMBOLIC_ROW_BLOCK  # padded to it (_pad_ragged_tile)
             row_out, row_in = sch.split(spatial[-2], factors=[None, row_inner])
-        self._tile(sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
-                   col_vectors, vector, row_out, row_in, pixels_first=pixels_first)
+        self._tile(sch, nest, TilePlan(col_outer, col_in, vector, col_vectors, row_out, row_in,
+                                       pixels_first=pixels_first))
 
     def _schedule_window(self, sch, main, infos, window: Window, lanes: int, registers: int,
                          tunable: bool) -> None:
@@ -270,17 +303,17 @@ class Contraction(ScheduleRule):
             rows = rows[0]
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         col_outer, col_in = sch.split(spatial[-1], factors=[None, lanes])
-        self._tile(sch, block, spatial, reduce, infos[infos.index(main) + 1:], lanes, False,
-                   col_outer, col_in, None, lanes, row_out, row_in, pixels_first=True,
-                   window=window)
+        nest = _Nest(block, spatial, reduce, infos[infos.index(main) + 1:], lanes)
+        self._tile(sch, nest, TilePlan(col_outer, col_in, lanes, row_out=row_out, row_in=row_in,
+                                       pixels_first=True, window=window))
 
-    def _schedule_main_sampled(self, sch, block, spatial, reduce, epilogues, lanes, padded,
-                               default_cols: int, row_ext: int | None,
+    def _schedule_main_sampled(self, sch, nest: _Nest, default_cols: int, row_ext: int | None,
                                accumulators: int, pixels_first: bool = False) -> None:
         """The same tile with its shape sampled: columns among whole-vector widths that divide
         the axis, rows among the divisors that keep the accumulators in registers; the
         default decisions are the untuned choices, so the untuned schedule is one point of
         the space (schedules/space.py)."""
+        spatial, lanes = nest.spatial, nest.lanes
         cols = [c for c in (lanes, 2 * lanes, 3 * lanes, 4 * lanes)
                 if _extent(sch, spatial[-1]) % c == 0]
         col_rv = sch.sample_categorical(cols, [1 / len(cols)] * len(cols),
@@ -297,9 +330,9 @@ class Contraction(ScheduleRule):
             row_rv = sch.sample_categorical(rows, [1 / len(rows)] * len(rows),
                                             decision=rows.index(default_rows))
             row_out, row_in = sch.split(spatial[-2], factors=[None, row_rv])
-        reduce, k_inner = self._sample_k_unroll(sch, reduce)
-        self._tile(sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
-                   col_vectors, lanes, row_out, row_in, k_inner, pixels_first)
+        nest.reduce, k_inner = self._sample_k_unroll(sch, nest.reduce)
+        self._tile(sch, nest, TilePlan(col_outer, col_in, lanes, col_vectors, row_out, row_in,
+                                       k_inner, pixels_first))
 
     @staticmethod
     def _sample_k_unroll(sch, reduce):
@@ -314,22 +347,21 @@ class Contraction(ScheduleRule):
         k_outer, k_inner = sch.split(reduce[-1], factors=[None, k_rv])
         return reduce[:-1] + [k_outer], k_inner
 
-    def _tile(self, sch, block, spatial, reduce, epilogues, lanes, padded, col_outer, col_in,
-              col_vectors, vector, row_out, row_in, k_inner=None,
-              pixels_first: bool = False, window: Window | None = None) -> None:
-        """Parallel tiles, register accumulators, epilogue on the way out (both paths)."""
-        outer = spatial[:-2] + ([row_out] if row_out is not None else [])
-        inner = ([k_inner] if k_inner is not None else []) + (
-            [row_in] if row_in is not None else []) + (
-            [col_vectors] if col_vectors is not None else []) + [col_in]
+    def _tile(self, sch, nest: _Nest, plan: TilePlan) -> None:
+        """Parallel tiles, register accumulators, epilogue on the way out (every path)."""
+        block, reduce, epilogues, lanes = nest.block, nest.reduce, nest.epilogues, nest.lanes
+        row_in, col_vectors, col_in = plan.row_in, plan.col_vectors, plan.col_in
+        outer = nest.spatial[:-2] + ([plan.row_out] if plan.row_out is not None else [])
+        inner = [loop for loop in (plan.k_inner, row_in, col_vectors) if loop is not None]
+        inner.append(col_in)
         # col_outer first: neighbouring parallel iterations reuse the same weight columns;
         # pixels first for guarded tiles (see GUARDED_TILE_ACCUMULATORS).
-        parallel = [*outer, col_outer] if pixels_first else [col_outer, *outer]
+        parallel = [*outer, plan.col_outer] if plan.pixels_first else [plan.col_outer, *outer]
         sch.reorder(*parallel, *reduce, *inner)
         tile = sch.fuse(*parallel)
         sch.parallel(tile)
-        if window is not None:  # under the tap rows; the taps of a row unrolled over it
-            place_window(sch, window, reduce[0])
+        if plan.window is not None:  # under the tap rows; the taps of a row unrolled over it
+            place_window(sch, plan.window, reduce[0])
             sch.unroll(reduce[1])
         # Accumulate in a small tile buffer (registers after unroll/vectorize), then apply
         # the epilogue on the way out. Scope "global", not "local": TVM's LowerTVMBuiltin puts
@@ -344,15 +376,15 @@ class Contraction(ScheduleRule):
         # into the unpadded output: out of bounds). Instead the rest of the chain is inlined
         # into the copy, which is computed under the tile loop, where reverse_compute_at clips
         # it to the real extent.
-        unpad = epilogues[0].block_rv if padded else None
-        self._inline_epilogues(sch, unpad or write_back, epilogues[1:] if padded else epilogues,
-                               lanes)
+        unpad = epilogues[0].block_rv if nest.padded else None
+        self._inline_epilogues(sch, unpad or write_back,
+                               epilogues[1:] if nest.padded else epilogues, lanes)
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
         wb_loops = sch.get_loops(write_back)[1:]
         if wb_loops:
             last = wb_loops[-1]
             if col_vectors is not None:
-                _, last = sch.split(last, factors=[None, vector])
+                _, last = sch.split(last, factors=[None, plan.vector])
             sch.vectorize(last)
         if unpad is not None:
             sch.reverse_compute_at(unpad, tile, preserve_unit_loops=True)
@@ -362,8 +394,8 @@ class Contraction(ScheduleRule):
             sch.unroll(row_in)
         if col_vectors is not None:
             sch.unroll(col_vectors)
-        if k_inner is not None:
-            sch.unroll(k_inner)
+        if plan.k_inner is not None:
+            sch.unroll(plan.k_inner)
         sch.vectorize(col_in)
         if reduce:
             sch.decompose_reduction(block, reduce[0])

@@ -14,6 +14,7 @@ docs/design/measurements.md#compilerlowercpu_dotpy."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -82,6 +83,21 @@ def packed_format(func: tirx.PrimFunc) -> str | None:
 
 # Weights up to this size are read whole by every thread (pixels first); half of a 2 MB L2
 _PIXELS_FIRST_WEIGHT_BYTES = 1 << 20
+
+
+@dataclass
+class _DotKernel:
+    """What PackedDot decided about one kernel before tiling it: its format and the
+    instruction it is tensorized onto (INTRINSICS), the target's float32 lanes and vector
+    registers, whether decisions are sampled (tuning), the parallel order (None: by weight
+    size, pixels_first) and the accumulator cap (None: registers decide)."""
+    fmt: DotFormat
+    intrinsic: tuple
+    lanes: int
+    registers: int
+    tunable: bool = False
+    pixels: bool | None = None
+    accumulators: int | None = None
 
 
 def pixels_first(sch, block, fmt: DotFormat) -> bool:
@@ -213,8 +229,9 @@ class PackedDot(ScheduleRule):
             if not _inline_side_input(sch, producer, main):
                 schedule_injective_block(sch, producer.block_rv,
                                          vector_lanes(target, operand_bits))
-        self._schedule_main(sch, main, infos[index + 1:], fmt, intrinsic, lanes,
-                            simd(target)[1], tunable, pixels, accumulators)
+        kernel = _DotKernel(fmt, intrinsic, lanes, simd(target)[1], tunable, pixels,
+                            accumulators)
+        self._schedule_main(sch, main, infos[index + 1:], kernel)
         return sch
 
     @staticmethod
@@ -232,9 +249,8 @@ class PackedDot(ScheduleRule):
                                                   decision=values.index(chosen)))
         return tuple(choices)
 
-    def _schedule_main(self, sch, main, epilogues, fmt: DotFormat, intrinsic, lanes: int,
-                       registers: int, tunable: bool = False, pixels: bool | None = None,
-                       accumulators: int | None = None) -> None:
+    def _schedule_main(self, sch, main, epilogues, kernel: _DotKernel) -> None:
+        fmt, lanes, accumulators = kernel.fmt, kernel.lanes, kernel.accumulators
         block = main.block_rv
         loops = sch.get_loops(block)
         kinds = main.dom_kind()
@@ -260,18 +276,17 @@ class PackedDot(ScheduleRule):
             if row_extent > 1 and _largest_divisor(row_extent, MATMUL_TILE_ROWS) == 1:
                 max_rows = MATMUL_FALLBACK_TILE_ROWS
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), row_extent,
-                                  tunable, registers, accumulators, max_rows)
+                                  kernel.tunable, kernel.registers, accumulators, max_rows)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
         outer = spatial[:-2]
-        if pixels is None:
-            pixels = pixels_first(sch, block, fmt)
+        pixels = kernel.pixels if kernel.pixels is not None else pixels_first(sch, block, fmt)
         order = [*outer, row_out, block_out] if pixels else [block_out, *outer, row_out]
         sch.reorder(*order, *reduce[:-1], reduce_outer, row_in, block_in,
                     channel_lane, *([reduce_group] if reduce_group is not None else []))
         tile = sch.fuse(*order)
         sch.parallel(tile)
-        name, llvm_ir = intrinsic
+        name, llvm_ir = kernel.intrinsic
         if llvm_ir:  # the function the intrinsic calls, linked into this kernel's module
             sch.annotate(tile, "pragma_import_llvm", llvm_ir)
         # accumulators in a small tile buffer, epilogue applied on the way out (as Contraction)
