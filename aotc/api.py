@@ -224,7 +224,7 @@ def tune(model, target: str = "x86", log: str | Path = "tuning.jsonl", tuning=No
     from aotc.options import TuneOptions
     tuning = dataclasses.replace(tuning or TuneOptions(), **tuning_fields)
     if tuning.rpc is not None:  # before TVM loads: a dead tracker is reported in seconds
-        from aotc.farm import check_tracker
+        from aotc.farm_daemons import check_tracker
         check_tracker(tuning.rpc)
     from aotc.schedules import log as tuning_log
     from aotc.schedules import target_key
@@ -252,7 +252,7 @@ def _measurement(target: str, tuning, options=None):
     """Where candidates are timed: this machine (which must be able to), or a device farm."""
     from aotc.errors import TargetError
     from aotc.measure_settings import TUNE
-    from aotc.schedules import farm, runners
+    from aotc.schedules import farm_target, runners
     from aotc.targets import measurable_here
     spec = _target_spec(target, options)
     settings, rpc, key = tuning.measure or TUNE, tuning.rpc, tuning.key
@@ -266,7 +266,7 @@ def _measurement(target: str, tuning, options=None):
     if spec.runtime_device != "cpu":
         raise TargetError(f"tuning {target} through a farm is not built yet: the tuner times "
                           "CPU kernels only")
-    return runners.create(farm.Farm.parse(rpc, key, session_timeout_s=tuning.rpc_timeout),
+    return runners.create(farm_target.Farm.parse(rpc, key, session_timeout_s=tuning.rpc_timeout),
                           linker=spec.toolchain.compiler, settings=settings)
 
 
@@ -279,7 +279,7 @@ def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_input
 
     from aotc import settings
     from aotc.compiler import import_model
-    from aotc.compiler.lower import default_schedule_pass
+    from aotc.compiler.default_schedules import default_schedule_pass
     from aotc.compiler.pipeline import run_phases
     from aotc.options import CompileOptions
     from aotc.schedules import extract_tasks

@@ -271,7 +271,7 @@ def tune_cmd(model, target, log_path, input_shape, trust_pickle, precision, **op
     """Tune MODEL's kernels and log the best schedules (checkpoints as found; compile applies
     those that beat the default rules). Resumes: finished kernels in the log are skipped."""
     if opts["rpc"]:  # before anything imports TVM: a dead tracker is reported in seconds
-        from aotc.farm import check_tracker
+        from aotc.farm_daemons import check_tracker
         check_tracker(opts["rpc"])
     from aotc.api import tune
     from aotc.compiler.frontends.shapes import parse_input_shape
@@ -500,8 +500,8 @@ def farm_group():
 @_guard
 def farm_tracker_cmd(host, port):
     """Run a tracker in the foreground until Ctrl-C / SIGTERM."""
-    from aotc import farm
-    from aotc.schedules.farm import summary
+    from aotc import farm_daemons as farm
+    from aotc.schedules.farm_target import summary
     tracker = farm.start_tracker(host, port, log=sys.stderr)
     farm.wait_for(lambda: summary(host, port), 30, f"tracker {host}:{port}", tracker)
     click.echo(f"tracker on {host}:{port}")
@@ -525,8 +525,8 @@ def farm_server_cmd(tracker, key, target, host, port, cpp, arch):
     """Run a server for this machine (or an emulated board), registered under KEY, until
     Ctrl-C / SIGTERM. Waits for the tracker as long as it takes, and restarts the server when
     it exits (a tracker restart)."""
-    from aotc import farm
-    from aotc.schedules.farm import Farm, summary
+    from aotc import farm_daemons as farm
+    from aotc.schedules.farm_target import Farm, summary
     if target:
         from aotc.targets import resolve
         resolve(target)
@@ -547,7 +547,7 @@ def farm_server_cmd(tracker, key, target, host, port, cpp, arch):
 @_guard
 def farm_status_cmd(tracker):
     """Servers per key (free / busy / pending requests) of a tracker."""
-    from aotc.schedules.farm import Farm, summary
+    from aotc.schedules.farm_target import Farm, summary
     located = Farm.parse(tracker, "")
     info = summary(located.host, located.port)
     servers = info.get("server_info", [])

@@ -21,10 +21,10 @@ from aotc.runtime import artifact
 from aotc.targets import TargetSpec, runs_here
 
 from . import buckets, cuda_codegen, kv_cache, parallel_codegen
+from .default_schedules import tuned_functions, tuning_share, unscheduled_functions
 from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import entry_calls, kernel_table
-from .lower import tuned_functions, tuning_share, unscheduled_functions
 from .memory_report import memory_report
 from .packed_imports import pack_imports
 from .pipeline import in_phase, run_phases

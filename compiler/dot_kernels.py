@@ -14,7 +14,8 @@ time in the blocked order the kernel reads, in three formats:
   the kernel widens its sums to float32 on the way out, so the graph around it stays float32.
 
 All pack the weights ``[OC/L, ..., IC/G, L, G]`` (L lanes, G products per lane): the LxG block
-the instruction reads is contiguous, and the schedule (compiler/lower/cpu_dot.py) tensorizes
+the instruction reads is contiguous, and the schedule (compiler/default_schedules/cpu_dot.py)
+tensorizes
 (or vectorizes) the two innermost loops onto it. Contiguous blocks are the point even for
 float32: with HWIO weights each step of the reduction reads one 64-byte row of a different
 page; packed, a tile streams its weights in order

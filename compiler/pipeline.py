@@ -23,7 +23,8 @@ Phases (names are what --dump-ir and --explain print):
             bfloat16 accumulation moved to float32 (HalfInFloat32), then Relax ops -> TIR
             PrimFuncs (max/min with infinite identities; exp/erf/tanh/sigmoid as vectorizable
             polynomials: VectorMath), fused (one fused kernel = one tuning task) (passes/lowering)
-  schedule  a schedule for every PrimFunc (compiler/lower); empty constants made at run time
+  schedule  a schedule for every PrimFunc (compiler/default_schedules); empty constants made at run
+  time
             (TVM cannot load zero-size constants)
   finalize  TVM's dataflow lowering and memory planning (compiler/build.py; tvm.compile)
 
@@ -45,8 +46,8 @@ from aotc.targets import TargetSpec
 
 from . import passes
 from . import quantize as int8
+from .default_schedules import default_schedule_pass
 from .explain import Explanation, PassRecord, kernel_count, op_counts
-from .lower import default_schedule_pass
 from .passes.lowering import VECTOR_MATH_LEVEL, VECTOR_MATH_NAME
 from .passes.step import REQUIRED, Step, enabled
 

@@ -13,7 +13,8 @@ the matmul's weights ``[E, OC/L, C, L, 1]`` (``dot_kernels``' packed float32 lay
 position, so ``PackedDot`` schedules it as it does every packed matmul), its product
 ``[E, P, OC]``. Each transform is two separable stages (rows, then columns), each a
 ``Select`` over its position index of one expression per position, written out here with the
-zero coefficients left out: the schedule (compiler/lower/cpu_winograd.py) unrolls that index,
+zero coefficients left out: the schedule (compiler/default_schedules/cpu_winograd.py) unrolls that
+index,
 so each unrolled copy keeps only its own expression. One Select over all 36 positions of the
 whole 2-D transform would take LLVM seconds per kernel to fold."""
 

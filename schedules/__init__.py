@@ -9,13 +9,13 @@
 - log.py, checkpoint.py, warm_state.py: append-only logs, records written as found, what the
   next run starts from; report.py: tables and tuning curves (aotc tune-report);
 - apply.py: the schedule source compile asks first for every kernel;
-- runners.py, farm.py, remote.py: measuring here or on a device farm (TVM RPC tracker and
+- runners.py, farm_target.py, remote.py: measuring here or on a device farm (TVM RPC tracker and
   servers), with a deadline on every remote step.
 
 Not built yet: a gain-driven task scheduler of our own (MetaSchedule's gradient scheduler
 splits the budget).
 
-The names below are loaded on first use: ``aotc farm status`` imports farm.py alone, without
+The names below are loaded on first use: ``aotc farm status`` imports farm_target.py alone, without
 TVM (3 s)."""
 
 from importlib import import_module

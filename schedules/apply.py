@@ -1,4 +1,5 @@
-"""Compile with tuning logs: the schedule source compiler/lower asks first for every kernel.
+"""Compile with tuning logs: the schedule source compiler/default_schedules asks first for every
+kernel.
 
 ``TunedSchedules(paths, target).schedule_for(func, target, default)`` returns the kernel with
 the best logged schedule replayed (MetaSchedule's trace, through its in-memory database), or
@@ -6,7 +7,8 @@ None when no record matches the kernel's workload key and the target's ISA, the 
 written by another TVM version, or the default rules now schedule the kernel otherwise than the
 schedule the record was timed against (``default()``, compared by keys.schedule_key: the
 record's "beats the default" is then stale, and a tuned kernel must never be slower than the
-default one); compiler/lower then uses its default rules. The compiler sees only this method
+default one); compiler/default_schedules then uses its default rules. The compiler sees only this
+method
 (it does not import schedules/)."""
 
 from __future__ import annotations

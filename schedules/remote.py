@@ -16,7 +16,7 @@ import tvm
 from aotc.measure_settings import TUNE, MeasureSettings
 
 from .builder import export_shared
-from .farm import Farm, FarmError, servers_of
+from .farm_target import Farm, FarmError, servers_of
 from .measure import argument_specs, argument_tensors, evaluator_arguments, task_module
 from .retime import in_turns, one_measurement_per_round
 

@@ -1,4 +1,4 @@
-"""Where the tuner measures: this machine, or a device farm (farm.py). One object gives both
+"""Where the tuner measures: this machine, or a device farm (farm_target.py). One object gives both
 MetaSchedule's runner for candidates and the reference measurements (the default schedule's
 time, the results check), so that both sides of every comparison run on the same kind of
 device. ``create(farm)`` picks one; the builder stays local (candidates are compiled here)."""
@@ -14,7 +14,7 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 from aotc.measure_settings import TUNE, MeasureSettings
 
 from . import measure, remote, retime
-from .farm import Farm, servers_of
+from .farm_target import Farm, servers_of
 
 # A candidate's whole measurement; past it the runner's worker is killed and the candidate
 # recorded as failed (a hung kernel, a frozen device).

@@ -2,16 +2,19 @@
 target's schedule rules, postprocessors and mutators), united with aotc's default rules as a
 space of their own.
 
-The default-rules space is compiler/lower's PackedDot rule (int8 and bf16 kernels) or else its
+The default-rules space is compiler/default_schedules's PackedDot rule (int8 and bf16 kernels) or
+else its
 Contraction rule, run on MetaSchedule's traced schedule with ``tunable=True``: the register
 tile (rows x columns) becomes two sampled decisions whose default values are the untuned
 choices. The packed kernels also give two design spaces, one for each order of their
 parallel tiles (pixels first or channel blocks first: a structural choice that a sampled
 decision could not change on replay). So the untuned schedule is a point of the search space,
-and the search samples the tiles around it. The Winograd transforms (compiler/lower/cpu_winograd.py)
+and the search samples the tiles around it. The Winograd transforms
+(compiler/default_schedules/cpu_winograd.py)
 add their untuned schedule, without decisions, so that it stays a candidate, and so does
 every other kernel (attention, row reductions such as softmax and layer norm, elementwise,
-pooling): its default rule's schedule (compiler/lower/cpu_rules.py) as a space of one point.
+pooling): its default rule's schedule (compiler/default_schedules/cpu_rules.py) as a space of one
+point.
 Without it, the best schedule the tuner measures for a kernel such as attention can be
 several times slower than the untuned one, and the task scheduler goes on giving trials to a
 kernel whose tuning can only lose. int8 kernels get the default rules'
@@ -26,11 +29,11 @@ from tvm.error import InternalError
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import ScheduleError
 
-from aotc.compiler.lower import first_schedule_that_works
-from aotc.compiler.lower.cpu_contraction import Contraction
-from aotc.compiler.lower.cpu_dot import PackedDot, packed_format
-from aotc.compiler.lower.cpu_rules import RULES
-from aotc.compiler.lower.cpu_winograd import WinogradTransform
+from aotc.compiler.default_schedules import first_schedule_that_works
+from aotc.compiler.default_schedules.cpu_contraction import Contraction
+from aotc.compiler.default_schedules.cpu_dot import PackedDot, packed_format
+from aotc.compiler.default_schedules.cpu_rules import RULES
+from aotc.compiler.default_schedules.cpu_winograd import WinogradTransform
 from aotc.errors import meaningful_line
 
 from .intrinsics import register_cpu_intrinsics

@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import re
 
-from aotc.compiler.lower.dot_intrinsics import TRUSTED_LLVM_IMPORTS
+from aotc.compiler.default_schedules.dot_intrinsics import TRUSTED_LLVM_IMPORTS
 
 # Instructions of MetaSchedule's schedule rules, mutators and postprocessors, and of
-# compiler/lower's default rules. Storage alignment, buffer re-indexing and layout padding
+# compiler/default_schedules's default rules. Storage alignment, buffer re-indexing and layout
+# padding
 # take integers and names only; nothing here reads a file or embeds text as code.
 _KINDS = frozenset({
     "SampleCategorical", "SamplePerfectTile", "SamplePartitionedTile", "SampleComputeLocation",

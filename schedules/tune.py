@@ -8,7 +8,8 @@ cost model, both measured by MetaSchedule's local builder and runner (each candi
 worker process with a timeout, so a candidate that fails to build, crashes or hangs is
 recorded as failed and the tuner goes on). A time budget runs the search in rounds over one
 database until the time is spent. What is new here: the best few schedules of each task
-are timed in turn with the default rules' schedule of the same kernel (compiler/lower), the
+are timed in turn with the default rules' schedule of the same kernel (compiler/default_schedules),
+the
 fastest median kept, and both times go into the log with the task's tuning curve; compile
 applies a record only when it beat the default, so a log never makes a kernel slower (as
 measured).

@@ -36,7 +36,7 @@ class TargetSpec:
     arch: str                     # machine the .so runs on, as platform.machine() names it
     vector_bits: int              # SIMD register width the default schedules tile for
     vector_registers: int         # SIMD registers, bounding register tiles
-    schedule_rules: str = "cpu"   # default-rule set of compiler/lower (RULE_SETS key)
+    schedule_rules: str = "cpu"   # default-rule set of compiler/default_schedules (RULE_SETS key)
     backend: str = "cpu"          # finalize passes of compiler/build (FINALIZE key)
     runtime_device: str = "cpu"   # device the Relax VM runs on: cpu | cuda
     toolchain: Toolchain = field(default_factory=Toolchain)

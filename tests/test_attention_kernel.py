@@ -10,7 +10,7 @@ from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
-from aotc.compiler.lower.cpu_rules import Attention
+from aotc.compiler.default_schedules.cpu_rules import Attention
 from aotc.compiler.passes.fusion import FuseAttention
 from aotc.targets import resolve
 

@@ -11,7 +11,7 @@ from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 from tvm import te, topi
 
-from aotc.compiler.lower.cpu_rules import Contraction, RowReduction, RowWise
+from aotc.compiler.default_schedules.cpu_rules import Contraction, RowReduction, RowWise
 from aotc.targets import resolve
 
 TARGET = tvm.target.Target(resolve("x86").tvm_target)
@@ -86,7 +86,7 @@ def test_every_kernel_of_a_cnn_gets_a_schedule(tmp_path):
 
 
 def test_a_bug_in_a_rule_fails_the_compile_by_name():
-    from aotc.compiler.lower import ApplyRulesSafely
+    from aotc.compiler.default_schedules import ApplyRulesSafely
 
     class Broken:
         def apply(self, func, target, tunable):

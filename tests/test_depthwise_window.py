@@ -10,9 +10,9 @@ import pytest
 import tvm
 from tvm import relax, te, tirx
 
-from aotc.compiler.lower import cpu_depthwise
-from aotc.compiler.lower.cpu_rules import Contraction
-from aotc.compiler.lower.widening_conv import LEGALIZE_MAP, _conv_of_widened
+from aotc.compiler.default_schedules import cpu_depthwise
+from aotc.compiler.default_schedules.cpu_rules import Contraction
+from aotc.compiler.default_schedules.widening_conv import LEGALIZE_MAP, _conv_of_widened
 from aotc.targets import resolve
 
 TARGET = tvm.target.Target(resolve("x86").tvm_target)

@@ -1,5 +1,6 @@
 """ReduceMax / ReduceMin over infinities: TVM's legalization used the largest finite value as
-the identity (max of a row of -inf gave -3.4e38). compiler/lower/exact_minmax.py fixes it."""
+the identity (max of a row of -inf gave -3.4e38). compiler/default_schedules/exact_minmax.py
+fixes it."""
 
 import numpy as np
 import onnx

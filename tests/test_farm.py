@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 import aotc
-from aotc import farm as farm_procs
+from aotc import farm_daemons as farm_procs
 from aotc.cli import main
-from aotc.farm import LoopbackFarm, free_port
+from aotc.farm_daemons import LoopbackFarm, free_port
 from aotc.schedules import log as tuning_log
-from aotc.schedules.farm import Farm, FarmError, servers_of, summary
+from aotc.schedules.farm_target import Farm, FarmError, servers_of, summary
 
 
 def group_alive(pgid: int, wait_s: float = 5.0) -> bool:

@@ -16,8 +16,8 @@ import time
 import pytest
 from test_farm import group_alive
 
-from aotc.farm import free_port, start_tracker, wait_for
-from aotc.schedules.farm import Farm, servers_of, summary
+from aotc.farm_daemons import free_port, start_tracker, wait_for
+from aotc.schedules.farm_target import Farm, servers_of, summary
 
 AOTC = [sys.executable, "-m", "aotc.cli"]
 

@@ -14,7 +14,7 @@ from tvm import relax
 from tvm.script import relax as R
 
 import aotc
-from aotc.compiler.lower.nan_minmax import LEGALIZE_MAP
+from aotc.compiler.default_schedules.nan_minmax import LEGALIZE_MAP
 
 X = np.array([[np.nan, -1, 1, np.inf, -np.inf, 0, np.nan, 2.5]] * 2, np.float32)
 Y = np.array([[1, np.nan, np.nan, 0, 5, np.nan, -1, 3]] * 2, np.float32)

@@ -11,7 +11,7 @@ from kernel_helpers import build_scheduled, check_guard, guarded_output
 from tvm import s_tir, te
 
 from aotc.compiler import dot_kernels as k
-from aotc.compiler.lower.cpu_dot import PackedDot
+from aotc.compiler.default_schedules.cpu_dot import PackedDot
 
 TARGETS = {16: {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
            8: {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}}

@@ -16,7 +16,7 @@ from tvm import relax, te, topi
 from tvm.relax import op as R
 
 import aotc
-from aotc.compiler.lower import sort_kernels
+from aotc.compiler.default_schedules import sort_kernels
 from aotc.compiler.passes.lowering import SelfContainedKernels
 from aotc.compiler.runtime_deps import check_runtime_only
 from aotc.errors import CompileError, UnsupportedModelError

@@ -16,7 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 
 import aotc
 from aotc.api import tuning_tasks
-from aotc.compiler.lower.dot_intrinsics import BF16_LLVM
+from aotc.compiler.default_schedules.dot_intrinsics import BF16_LLVM
 from aotc.runtime.inputs import random_inputs
 from aotc.schedules import log as tuning_log
 from aotc.schedules.keys import target_key

@@ -61,8 +61,8 @@ def test_the_untuned_schedule_comes_before_metaschedules_spaces():
 
 
 def test_a_non_contraction_gets_its_untuned_schedule_as_a_space_without_decisions():
-    from aotc.compiler.lower import first_schedule_that_works
-    from aotc.compiler.lower.cpu_rules import RULES
+    from aotc.compiler.default_schedules import first_schedule_that_works
+    from aotc.compiler.default_schedules.cpu_rules import RULES
     x = te.placeholder((12, 128), name="x")
     softmax = te.create_prim_func([x, topi.nn.softmax(x, axis=-1)]).with_attr(
         "global_symbol", "main")

@@ -1,7 +1,7 @@
-"""The polynomial exp, erf, tanh and sigmoid (compiler/lower/vector_math.py) hold their stated
-accuracy against float64 on a million points (at most 6 ulp, relative error under 4e-7 where
-the result is not tiny) and keep the special values: inf, -inf and NaN; exp underflows to 0
-below about -88. The compiled model runs in a fresh process, as users run it."""
+"""The polynomial exp, erf, tanh and sigmoid (compiler/default_schedules/vector_math.py) hold
+their stated accuracy against float64 on a million points (at most 6 ulp, relative error under
+4e-7 where the result is not tiny) and keep the special values: inf, -inf and NaN; exp
+underflows to 0 below about -88. The compiled model runs in a fresh process, as users run it."""
 
 import math
 

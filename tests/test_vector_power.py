@@ -9,7 +9,7 @@ from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
-from aotc.compiler.lower.vector_math import LEGALIZE_MAP
+from aotc.compiler.default_schedules.vector_math import LEGALIZE_MAP
 
 
 def _legalized_kernel(exponent: float) -> str:

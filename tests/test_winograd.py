@@ -12,8 +12,8 @@ from kernel_helpers import against_unmapped_pages, build_scheduled, check_guard,
 from tvm import te
 
 from aotc.compiler import winograd_kernels as wk
-from aotc.compiler.lower.cpu_dot import PackedDot
-from aotc.compiler.lower.cpu_winograd import WinogradTransform
+from aotc.compiler.default_schedules.cpu_dot import PackedDot
+from aotc.compiler.default_schedules.cpu_winograd import WinogradTransform
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
 RNG = np.random.default_rng(0)

@@ -7,7 +7,8 @@ float32 tensor (112x112x96: 4.8 MB, more than L2) that the depthwise conv reads 
 output (once per tap). Written as float16, the tensor is half the bytes, and the depthwise
 kernel widens each input vector with one instruction (vcvtph2ps on x86) before its float32
 multiply-adds; sums stay float32. (Stride-1 kernels widen each input once per tap row into a
-window the taps share: compiler/lower/cpu_depthwise.py, with widening_conv.py.) The rounding
+window the taps share: compiler/default_schedules/cpu_depthwise.py, with widening_conv.py.) The
+rounding
 (2^-11 relative) is far below the int8 error around it, which is why this runs only when int8
 sites were annotated (``enabled``).
 

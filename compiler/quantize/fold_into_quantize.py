@@ -13,7 +13,7 @@ clip(round(x / s) + zp), so:
    quantize with zero point 0 and relu6 before one calibrated on [0, <= 6] both go. Exact.
 2. quantize(a * k + o) = clip(round(a * k' + o'), codes) with k' = k / s and o' = o / s + zp
    folded at compile time: one multiply-add where there were a multiply, an add, a multiply by
-   1 / s and an add of zp (lower/reciprocal_quantize.py lowers a quantize that way). The
+   1 / s and an add of zp (default_schedules/reciprocal_quantize.py lowers a quantize that way). The
    constants are rounded once instead of twice, so a code can be one step apart where
    a * k / s lies within a rounding of a half-way point, as with reciprocal_quantize's.
    Where a is a float32 conv with constant weights (the depthwise convs), k' goes into the
@@ -33,8 +33,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..default_schedules.reciprocal_quantize import reciprocals
 from ..frontends.relax_shapes import static_shape
-from ..lower.reciprocal_quantize import reciprocals
 from ..relax_walk import (
     constant_values,
     has_main,
@@ -59,7 +59,8 @@ class _Quantize:
 
     def code(self, value: float) -> float:
         """The code the quantize gives ``value``, before its clip, computed as its kernel
-        does (lower/reciprocal_quantize.py: float32 times the reciprocal, half to even)."""
+        does (default_schedules/reciprocal_quantize.py: float32 times the reciprocal, half to
+        even)."""
         (reciprocal,) = reciprocals(np.asarray([self.scale]))
         return float(np.rint(np.float32(value) * reciprocal)) + self.zero
 

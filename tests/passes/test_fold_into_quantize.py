@@ -7,7 +7,7 @@ calibrated range within [0, 6]): the clamps dropped, the constants folded into o
 multiply-add. Clamps inside the codes' range, a relu before a non-zero zero point and a
 multiply with another user stay. Numbers: the clamps alone go exactly; with the constants
 folded, codes at most one step apart, on few elements (each constant rounded once instead of
-twice). Legalized with aotc's map, as compile does (lower/reciprocal_quantize.py)."""
+twice). Legalized with aotc's map, as compile does (default_schedules/reciprocal_quantize.py)."""
 
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ import tvm
 from relax_helpers import main_ops, one_input_module
 from tvm import relax
 
-from aotc.compiler.lower.reciprocal_quantize import LEGALIZE_MAP
+from aotc.compiler.default_schedules.reciprocal_quantize import LEGALIZE_MAP
 from aotc.compiler.quantize import FoldIntoQuantize
 from aotc.targets import resolve
 

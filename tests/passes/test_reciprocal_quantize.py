@@ -14,7 +14,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from aotc.compiler.lower.reciprocal_quantize import LEGALIZE_MAP
+from aotc.compiler.default_schedules.reciprocal_quantize import LEGALIZE_MAP
 from aotc.targets import resolve
 
 TARGET = tvm.target.Target(resolve("x86").tvm_target)

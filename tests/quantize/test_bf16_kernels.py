@@ -13,7 +13,7 @@ from kernel_helpers import build_scheduled, check_guard, guarded_output
 from tvm import te
 
 from aotc.compiler import dot_kernels as k
-from aotc.compiler.lower.cpu_dot import PackedDot
+from aotc.compiler.default_schedules.cpu_dot import PackedDot
 from aotc.errors import TargetError
 from aotc.targets import bf16_dot, for_precision, resolve, x86
 

@@ -17,7 +17,7 @@ from tvm import te
 import aotc
 from aotc.cli import main
 from aotc.compiler import dot_kernels as k
-from aotc.compiler.lower.cpu_dot import PackedDot
+from aotc.compiler.default_schedules.cpu_dot import PackedDot
 from aotc.targets import fp16_dot, x86
 
 SPR = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})

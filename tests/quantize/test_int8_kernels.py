@@ -10,8 +10,8 @@ from kernel_helpers import build_scheduled, check_guard, guarded_output
 from tvm import te
 
 from aotc.compiler import dot_kernels as k
-from aotc.compiler.lower.cpu_contraction import Contraction
-from aotc.compiler.lower.cpu_dot import PackedDot, tile_shape
+from aotc.compiler.default_schedules.cpu_contraction import Contraction
+from aotc.compiler.default_schedules.cpu_dot import PackedDot, tile_shape
 
 VNNI = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 RNG = np.random.default_rng(0)
@@ -161,7 +161,7 @@ def test_a_short_reductions_tile_buffer_stays_on_the_stack(ic, stays_on_the_stac
     STACK_TILE_ACCUMULATORS, whose buffer LowerTVMBuiltin keeps on the stack: no
     TVMBackendAllocWorkspace call in its parallel tiles. A long reduction (512) keeps the
     larger tile and its workspace buffer. Both compute the integer reference."""
-    from aotc.compiler.lower import cpu_dot
+    from aotc.compiler.default_schedules import cpu_dot
     x = RNG.integers(0, 256, (1, 28, 28, ic)).astype(np.uint8)
     w = RNG.integers(-127, 128, (1, 1, ic, 96)).astype(np.int8)
     xt = te.placeholder(x.shape, "uint8", "x")

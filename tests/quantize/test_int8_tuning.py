@@ -8,7 +8,7 @@ from tvm import s_tir
 
 import aotc
 from aotc.api import tuning_tasks
-from aotc.compiler.lower.cpu_dot import PackedDot
+from aotc.compiler.default_schedules.cpu_dot import PackedDot
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 
@@ -33,7 +33,7 @@ def test_int8_kernels_are_searched_in_the_default_rules_spaces_only(tiny_onnx):
     the default rules' (one space per parallel-tile order); a float32 kernel keeps both."""
     from tvm.s_tir import meta_schedule as ms
 
-    from aotc.compiler.lower.cpu_dot import packed_format
+    from aotc.compiler.default_schedules.cpu_dot import packed_format
     from aotc.schedules.measure import task_module
     from aotc.schedules.space import search_space
     calib = np.random.default_rng(0).standard_normal((4, 1, 8, 12, 12)).astype(np.float32)

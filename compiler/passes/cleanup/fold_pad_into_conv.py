@@ -3,7 +3,7 @@ padding added to the convolution's own (which may be asymmetric: top, left, bott
 
 Why: models converted from TensorFlow ("SAME" padding) and some exporters pad explicitly;
 as its own op the pad is a full copy of the activation, and the convolution schedules read
-through their own padding without one (low-intensity ones inline it, compiler/lower).
+through their own padding without one (low-intensity ones inline it, compiler/default_schedules).
 Only constant zero padding of the spatial axes folds; reflect/edge modes, non-zero values and
 padding of the batch or channel axes stay as they are.
 """

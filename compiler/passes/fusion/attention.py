@@ -1,6 +1,7 @@
 """FuseAttention: scaled-dot-product attention, ``softmax(Q @ Kt [* or / c] [+ mask]) @ V``, is
 grouped into one Relax function, which LegalizeOps and FuseTIR turn into one kernel (the CPU rule
-``Attention`` in compiler/lower schedules it row block by row block, so the full score matrix is
+``Attention`` in compiler/default_schedules schedules it row block by row block, so the full score
+matrix is
 never written: each parallel task keeps a few rows of scores in L1).
 
 Why: FuseOps cuts attention into three kernels (scores, softmax, weighted sum) that write and

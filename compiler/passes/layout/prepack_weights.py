@@ -35,7 +35,7 @@ from tvm import relax
 
 from ... import dot_kernels, symbolic_padding
 from ...contraction_sites import Site, find_sites
-from ...lower.cpu_contraction import INLINE_PRODUCERS_MAX_REDUCTION
+from ...default_schedules.cpu_contraction import INLINE_PRODUCERS_MAX_REDUCTION
 from ...relax_walk import has_main, mutate_functions
 
 _MAX_ROWS = 8

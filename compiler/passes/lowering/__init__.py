@@ -8,11 +8,11 @@ from tvm import relax
 
 from aotc.options import CompileOptions
 
-from ...lower.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
-from ...lower.nan_minmax import LEGALIZE_MAP as NAN_MINMAX
-from ...lower.reciprocal_quantize import LEGALIZE_MAP as RECIPROCAL_QUANTIZE
-from ...lower.vector_math import LEGALIZE_MAP as VECTOR_MATH
-from ...lower.widening_conv import LEGALIZE_MAP as WIDENING_CONV
+from ...default_schedules.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
+from ...default_schedules.nan_minmax import LEGALIZE_MAP as NAN_MINMAX
+from ...default_schedules.reciprocal_quantize import LEGALIZE_MAP as RECIPROCAL_QUANTIZE
+from ...default_schedules.vector_math import LEGALIZE_MAP as VECTOR_MATH
+from ...default_schedules.widening_conv import LEGALIZE_MAP as WIDENING_CONV
 from ..step import REQUIRED, Step, enabled
 from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32

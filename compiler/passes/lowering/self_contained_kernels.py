@@ -7,10 +7,11 @@ packed functions of TVM's compiler library; nonzero runs as ``relax.run.nonzero`
 function TVM's Python package registers. A model using them ran in the process that compiled
 it and failed in every other ("top-k compiles and then fails in a new process").
 
-How: sort, argsort, top-k and median become ``call_te`` of lower/sort_kernels.py (a stable
+How: sort, argsort, top-k and median become ``call_te`` of default_schedules/sort_kernels.py (a
+stable
 merge sort, its permutation gathered and, for top-k, cut to k; median picks the lower middle);
 nonzero counts the non-zero elements
-first (that count is its output's extent) and then calls lower/nonzero_kernel.py.
+first (that count is its output's extent) and then calls default_schedules/nonzero_kernel.py.
 
 Where: before DispatchSortScan and LegalizeOps. compiler/runtime_deps.py refuses whatever
 else would need the compiler at run time."""
@@ -21,7 +22,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax import op as R
 
-from ...lower import nonzero_kernel, sort_kernels
+from ...default_schedules import nonzero_kernel, sort_kernels
 from ...relax_walk import mutate_if_any, op_name
 
 OPS = ("relax.sort", "relax.argsort", "relax.topk", "relax.nonzero", "relax.median")

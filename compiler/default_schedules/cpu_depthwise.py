@@ -16,7 +16,7 @@ twice (``MIN_REUSE``): at stride 2 a window of 2R + 1 pixels serves 3R taps, too
 for a float16 input, and a float32 input has nothing to widen. A uint8 input widens in two
 instructions per tap, so there stride 2 pays too, and integer inputs need only 1.3 reads per
 window element (``MIN_REUSE_INTEGER``); measurements in
-docs/design/measurements.md#compilerlowercpu_depthwisepy.
+docs/design/measurements.md#compilerdefault_schedulescpu_depthwisepy.
 
 Which kernels: a contraction whose reduction is the taps of one channel (groups = channels),
 NHWC, reading a zero-padded copy of a narrower input: float16, bfloat16 or uint8 (the copy

@@ -9,7 +9,7 @@ accumulators; each step of the reduction broadcasts G activation values per row 
 4x an fp32 FMA's multiply-adds; bf16: ``vdpbf16ps``, G=2). Kernels of targets without the
 instruction are left to ``Contraction`` (plain multiply-adds: correct, slower than fp32).
 The measurements behind the tile choices below:
-docs/design/measurements.md#compilerlowercpu_dotpy."""
+docs/design/measurements.md#compilerdefault_schedulescpu_dotpy."""
 
 from __future__ import annotations
 

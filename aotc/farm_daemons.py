@@ -177,10 +177,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class LoopbackFarm:
     """A tracker and ``servers`` TVM servers of ``key`` on this machine, ready when built (for
-    trying a farm out, the tests and bench/farm.py). ``stop()`` ends every process group."""
+    trying a farm out, the tests and bench/farm_throughput.py). ``stop()`` ends every process
+    group."""
 
     def __init__(self, servers: int, key: str = "x86", host: str = "127.0.0.1"):
-        from aotc.schedules.farm import Farm, servers_of, summary
+        from aotc.schedules.farm_target import Farm, servers_of, summary
         self.host, self.port, self.key = host, free_port(host), key
         self.tracker = start_tracker(host, self.port)
         self.servers: list[FarmProcess] = []

@@ -1,7 +1,7 @@
 """Tuning throughput through a device farm on loopback: trials per minute with 1, 2 and 3
 TVM RPC servers of one key (real tracker and servers, this machine's CPU as the devices).
 
-    python bench/farm.py [--servers 1,2,3] [--trials 32] [--model resnet18|tiny]
+    python bench/farm_throughput.py [--servers 1,2,3] [--trials 32] [--model resnet18|tiny]
         [--out bench/results/farm.json]     (servers 0: the same tuning locally)
 
 Here the servers, the builder and the tuner share 2 cores, so more servers cannot scale the
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import aotc
-from aotc.farm import LoopbackFarm
+from aotc.farm_daemons import LoopbackFarm
 
 
 def model_path(name: str, folder: Path) -> Path:
