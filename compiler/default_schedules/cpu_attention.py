@@ -10,13 +10,12 @@ vectors (FuseAttention pads it)."""
 
 from __future__ import annotations
 
-from tvm import s_tir, tirx
+from tvm import s_tir
 from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .cpu_blocks import _extent, divisible, vector_lanes
+from .cpu_blocks import CpuRule, _extent, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
 from .cpu_rows import compute_rows_under, inline_single_reader_blocks, schedule_injective_tail
 
@@ -40,13 +39,10 @@ def _attention_blocks(sch: s_tir.Schedule):
     return first, last, infos[reductions[0] + 1:reductions[-1]], infos[reductions[-1] + 1:]
 
 
-class Attention(ScheduleRule):
+class Attention(CpuRule):
     """See the module docstring."""
 
-    def apply(self, func, target: Target, _tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         found = _attention_blocks(sch)
         if found is None:
             return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import s_tir, tirx
+from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
 from aotc.targets import simd
@@ -157,3 +158,18 @@ def subexpressions(expr):
             child = getattr(node, attr, None)
             if isinstance(child, tvm.ir.Expr):
                 stack.append(child)
+
+
+class CpuRule(ScheduleRule):
+    """The guard every CPU default rule shares: it takes PrimFuncs for an LLVM (CPU) target
+    only, and ``schedule`` works on a fresh schedule of one, returning None for a kernel the
+    rule does not take. ``schedule`` also runs on MetaSchedule's traced schedules
+    (schedules/space.py), which is why it is a method of its own."""
+
+    def apply(self, func, target: Target, tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        return self.schedule(s_tir.Schedule(func), target, tunable)
+
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
+        raise NotImplementedError

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad as BufferLoad
 from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
@@ -19,6 +18,7 @@ from aotc.targets import simd
 
 from .cpu_blocks import (
     _MAX_ROW_BLOCK,
+    CpuRule,
     _extent,
     _largest_divisor,
     accumulator_vectors,
@@ -215,13 +215,8 @@ class TilePlan:
     window: Window | None = None
 
 
-class Contraction(ScheduleRule):
+class Contraction(CpuRule):
     """Register-blocked, vectorized schedule for conv2d (NHWC/HWIO), matmul and batch matmul."""
-
-    def apply(self, func, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        return self.schedule(s_tir.Schedule(func), target, tunable)
 
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         """Schedule the ``main`` of ``sch`` in place (``sch`` may be MetaSchedule's traced

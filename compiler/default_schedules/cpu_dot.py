@@ -18,14 +18,19 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
 from aotc.targets import bf16_dot, fp16_dot, int8_dot, simd
 
 from ..dot_kernels import CROP_BLOCK, FORMATS, DotFormat
-from .cpu_blocks import _extent, _largest_divisor, schedule_injective_block, vector_lanes
+from .cpu_blocks import (
+    CpuRule,
+    _extent,
+    _largest_divisor,
+    schedule_injective_block,
+    vector_lanes,
+)
 from .cpu_contraction import GUARDED_TILE_ACCUMULATORS, Contraction, inline_padding
 from .dot_intrinsics import BF16_LLVM, BF16_16x2, VNNI_16x4
 
@@ -186,13 +191,8 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
     return best
 
 
-class PackedDot(ScheduleRule):
+class PackedDot(CpuRule):
     """Tensorized schedule of the packed contraction kernels (their pad, crop and epilogue)."""
-
-    def apply(self, func, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        return self.schedule(s_tir.Schedule(func), target, tunable)
 
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False,
                  pixels: bool | None = None):

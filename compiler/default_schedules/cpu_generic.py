@@ -8,11 +8,11 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
 from .cpu_blocks import (
+    CpuRule,
     _extent,
     schedule_injective_block,
     small_enough_to_inline,
@@ -21,16 +21,13 @@ from .cpu_blocks import (
 )
 
 
-class Generic(ScheduleRule):
+class Generic(CpuRule):
     """Fallback for every other kernel: parallel over outer spatial loops, vectorized inner loop.
 
     Pooling and spatial means are reductions whose innermost *output* axis (channels, in NHWC)
     is contiguous: their reduction loops are moved outside that axis so it can be vectorized."""
 
-    def apply(self, func, target: Target, _tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         root = sch.get_sblock("root")
         lanes = vector_lanes(target)
         inline_injective_chains(sch, root)

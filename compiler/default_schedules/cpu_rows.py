@@ -12,20 +12,23 @@ from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .cpu_blocks import _extent, divisible, small_enough_to_inline, touches_bool, vector_lanes
+from .cpu_blocks import (
+    CpuRule,
+    _extent,
+    divisible,
+    small_enough_to_inline,
+    touches_bool,
+    vector_lanes,
+)
 
 
-class RowWise(ScheduleRule):
+class RowWise(CpuRule):
     """See the module docstring."""
 
-    def apply(self, func, target: Target, _tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         if not _reductions_read_rows(sch):
             return None
         try:

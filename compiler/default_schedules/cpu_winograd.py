@@ -12,26 +12,26 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tvm import s_tir, tirx
-from tvm.s_tir.dlight.base import ScheduleRule
+from tvm import s_tir
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
 from ..winograd_kernels import INPUT_BLOCK, INPUT_ROWS_BLOCK, OUTPUT_BLOCK, OUTPUT_ROWS_BLOCK
-from .cpu_blocks import _extent, _largest_divisor, schedule_injective_block, vector_lanes
+from .cpu_blocks import (
+    CpuRule,
+    _extent,
+    _largest_divisor,
+    schedule_injective_block,
+    vector_lanes,
+)
 from .cpu_contraction import Contraction
 
 
-class WinogradTransform(ScheduleRule):
+class WinogradTransform(CpuRule):
     """The input transform (its fused producers inlined) and the output transform (the conv's
     epilogue inlined), each parallel over tiles with its first stage computed per tile."""
 
-    def apply(self, func, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        return self.schedule(s_tir.Schedule(func), target)
-
-    def schedule(self, sch: s_tir.Schedule, target: Target):
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         """Schedule ``sch`` in place (it may be MetaSchedule's traced schedule); None when it is
         no Winograd transform."""
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
