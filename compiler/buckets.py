@@ -131,21 +131,21 @@ def verify_padding(path, signature: ModelSignature, table: dict, rtol=1e-3, atol
                     "mask input, or padding that is not zeros): compile it without buckets")
 
 
-def symbolic_costs(executable, signature: ModelSignature, table: dict,
+def symbolic_costs(path, signature: ModelSignature, table: dict,
                    runs: int = 3) -> dict[str, float]:
     """Bucket key -> time of the symbolic entry / time of the bucket's entry, both at the
-    bucket's size (medians of ``runs``, as aotc profile times), measured with ``executable``
-    in this process (a CPU target)."""
-    from aotc.runtime import loops
-    from aotc.runtime._tvm_runtime import tvm_ffi
-    loops.register(tvm_ffi())  # a model with a Loop calls it
-    vm = relax.VirtualMachine(executable, tvm.cpu())
+    bucket's size (medians of ``runs``, as aotc profile times), measured on the exported
+    library at ``path`` in this process (a CPU target). Not on the in-memory executable:
+    running that one leaves empty memory scopes in it, which every load of the library
+    exported from it would then report."""
+    from aotc.runtime.model import Model
+    model = Model(path)
     costs = {}
     for key, entry in table["entries"].items():
         feed = _feed(signature, dict(table["sizes"][key]))
-        args = [tvm.runtime.tensor(np.ascontiguousarray(feed[spec.name]))
+        args = [model.tensor(np.ascontiguousarray(feed[spec.name]))
                 for spec in signature.inputs]
-        times = {name: median_ms(lambda f=vm[name], a=args: f(*a), runs)
+        times = {name: median_ms(lambda n=name, a=args: model.call_entry(n, a), runs)
                  for name in (entry, "main")}
         costs[key] = round(times["main"] / times[entry], 3)
     return costs

@@ -127,8 +127,8 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     if bucket_table is not None:
         if spec.runtime_device == "cpu" and runs_here(spec) is None:
             say("timing the buckets against the symbolic entry")
-            bucket_table["symbolic_cost"] = in_phase("buckets", lambda: buckets.symbolic_costs(
-                executable, model.signature, bucket_table))
+            bucket_table["symbolic_cost"] = in_phase("buckets", lambda: _bucket_costs(
+                executable, metadata, model.signature, bucket_table, spec))
         metadata["buckets"] = bucket_table
     say("phase export")
     export_start = time.perf_counter()
@@ -148,6 +148,16 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         explanation.memory = metadata["memory"]
         metadata["explain"] = {"table": explanation.table(), **explanation.to_json()}
     return metadata
+
+
+def _bucket_costs(executable, metadata: dict, signature, table: dict,
+                  spec: TargetSpec) -> dict[str, float]:
+    """buckets.symbolic_costs, measured on a library exported for the purpose (the final one
+    embeds the costs, so it is written after them)."""
+    with tempfile.TemporaryDirectory(prefix="aotc-buckets-") as tmp:
+        probe = Path(tmp) / "probe.so"
+        _export(executable, probe, {**metadata, "buckets": table}, _fcompile(spec))
+        return buckets.symbolic_costs(probe, signature, table)
 
 
 def _keep_if_right(output, check: Callable[[], None]) -> None:
