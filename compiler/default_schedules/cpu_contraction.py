@@ -270,7 +270,7 @@ class Contraction(CpuRule):
         vector = _vector_width(col_inner, lanes)
         col_vectors = None
         if vector < col_inner and col_inner % lanes:
-            # 24 columns: three 8-lane vectors (one 24-lane vector was 6x slower, see
+            # 24 columns: three 8-lane vectors (not one 24-lane vector: see
             # _column_block), unrolled like the rows
             col_vectors, col_in = sch.split(col_in, factors=[None, vector])
         vectors = max(1, col_inner // vector)
@@ -362,9 +362,9 @@ class Contraction(CpuRule):
         # the epilogue on the way out. Scope "global", not "local": TVM's LowerTVMBuiltin puts
         # only small (< 1 KB) *global* CPU allocations on the stack; a "local" one became a
         # TVMBackendAllocWorkspace/FreeWorkspace pair in every parallel tile. (Larger ones
-        # are such a pair too. Annotated to stay on the stack, they became 16-byte-aligned
-        # allocas, TVM's LLVM codegen caps an alloca's alignment there, and a tuned BERT
-        # matmul that accumulates in its tile buffer ran 16x slower: split 64-byte accesses.)
+        # are such a pair too. Annotated to stay on the stack, they become 16-byte-aligned
+        # allocas, as TVM's LLVM codegen caps an alloca's alignment, and every 64-byte access
+        # to them splits: cpu_dot.STACK_TILE_ACCUMULATORS.)
         write_back = sch.cache_write(block, 0, "global")
         # After pad_einsum the first epilogue copies the padded result into the real output.
         # Inlining that copy into the write-back dropped its bounds (TVM wrote the padded tile

@@ -3,7 +3,8 @@
 Why: TVM 0.27's ONNX importer lowers the variadic ``Sum`` op (every residual join in the
 Caffe2-era ResNet-50 of onnx's light zoo) to a 5-D stack plus a reduction. ConvertLayout cannot
 map the 5-D stack ("Invalid SLayout: can't find S in source layout ABCDE"), so the whole model
-stayed NCHW and ran 8.4x slower than onnxruntime (bench/bench_models.py, 2 threads). Plain adds
+stayed NCHW, several times slower than in NHWC
+(docs/design/measurements.md#compilerpassesimporter_fixessum_of_stack_to_addpy). Plain adds
 are layout-agnostic and fuse into the conv epilogue.
 
 Where: with the other importer clean-ups, before ``ConvertLayoutNHWC``. Only the exact

@@ -3,11 +3,11 @@ Winograd F(m x m, 3 x 3) kernels (compiler/winograd_kernels.py): an input transf
 batched matmul whose weights are transformed at compile time, and an output transform that
 the conv's bias, activation and residual add fuse into.
 
-Why: 2.25 multiply-adds per output value and input channel instead of 9 (m=4). Timed alone
-(2 threads), ResNet-18's 3x3 layers ran 2.0-3.0x faster at 56, 28 and 14 pixels and 1.4x at
-7; UNet-like 64x64x32 2.1x, 112x112x16 1.8x (winograd_kernels' docstring has the numbers).
-The price: results differ from the direct sum by ~1e-5 relative (the transforms' constants
-round in float32). ``--disable-pass WinogradConv`` keeps the direct kernels.
+Why: 2.25 multiply-adds per output value and input channel instead of 9 (m=4); timed alone,
+every 3x3 layer of ResNet-18 and UNet-like models gains (measurements in
+docs/design/measurements.md#compilerpasseslayoutwinograd_convpy). The price: results differ
+from the direct sum by ~1e-5 relative (the transforms' constants round in float32).
+``--disable-pass WinogradConv`` keeps the direct kernels.
 
 Which sites: the packed float32 ones (``packs_well``: whole blocks of output channels) with
 at least ``_MIN_CHANNELS`` input channels (fewer: the matmul's reduction is too short to pay
