@@ -1,11 +1,13 @@
 """A task's record is the fastest of its best candidates timed side by side with the default,
 not the one with the luckiest in-run timing: here the unscheduled matmul carries an in-run time
 far below anything real, the default rules' schedule a plain one, and re-timing both in turn
-keeps the scheduled one (and says it kept another than the in-run best)."""
+(timings scripted as a quiet machine gives them) keeps the scheduled one (and says it kept
+another than the in-run best)."""
 
 from types import SimpleNamespace
 
 import tvm
+import tvm_ffi
 from test_retime import TARGET, _matmul, default_rules_point
 from tvm.s_tir import meta_schedule as ms
 
@@ -32,6 +34,22 @@ def _record(database, workload, trace, seconds):
         args_info=ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])))
 
 
+class QuietMachineTimes(LocalMeasurement):
+    """Side-by-side timings as a quiet machine gives them: the default rules' schedule 1 ms,
+    anything else (the unscheduled loops) 5 ms. Real timings would make the test depend on
+    the load: beside a busy process (the other pytest worker) TVM's thread pool can run the
+    parallel default schedule slower than the single-threaded loops, which says nothing
+    about how the pick is made. Outputs are still computed for real (the results check)."""
+
+    def __init__(self, fast):
+        super().__init__()
+        self.fast = fast
+
+    def compare(self, kernels: dict, target, rounds: int) -> dict[str, float]:
+        return {name: 1e-3 if tvm_ffi.structural_equal(func, self.fast) else 5e-3
+                for name, func in kernels.items()}
+
+
 def test_the_final_timing_keeps_the_fastest_not_the_luckiest_in_run_time():
     func = _matmul()
     mod = task_module(func)
@@ -43,9 +61,9 @@ def test_the_final_timing_keeps_the_fastest_not_the_luckiest_in_run_time():
     task = Task("matmul", workload_key(func), func, 1)
     progress = SimpleNamespace(curves={}, task_trials={}, curve_traces={})
 
-    result, record = _best_against_default(
-        task, TARGET, database, lambda f: replay(f, default_trace.as_json()), progress, 0,
-        "rl", LocalMeasurement())
+    default_rules = lambda f: replay(f, default_trace.as_json())  # noqa: E731
+    result, record = _best_against_default(task, TARGET, database, default_rules, progress, 0,
+                                           "rl", QuietMachineTimes(default_rules(func)))
 
     assert result.picked == 1 and result.wrong == 0
     chosen = ms.database.TuningRecord.from_json(record.trace, workload).trace
