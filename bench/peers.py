@@ -353,32 +353,6 @@ def _format(row: dict) -> str:
     return "  ".join(parts)
 
 
-def markdown(rows: list[dict]) -> str:
-    """The results as a Markdown table (the README's): aotc's latency and its ratios to each
-    peer, bf16 against OpenVINO's default with both accuracies (cosine to torch), compile
-    seconds of aotc and AOTInductor."""
-    def ratio(row, key):
-        return f"{row[key]:.2f}" if key in row else "-"
-
-    def cosine(row, engine):
-        acc = row.get("accuracy", {}).get(engine, {})
-        return f"{acc['cosine']:.5f}" if "cosine" in acc else "-"
-    lines = ["| model | aotc ms | / onnxruntime | / OpenVINO fp32 | / AOTInductor | aotc bf16 ms "
-             "| bf16 / OpenVINO default | cosine bf16 / OpenVINO default | compile s aotc / "
-             "AOTInductor |", "|---|---|---|---|---|---|---|---|---|"]
-    for row in rows:
-        compile_s = row.get("compile_s", {})
-        lines.append(
-            f"| {row['model']} | {row.get('aotc_ms', float('nan')):.1f} "
-            f"| {ratio(row, 'aotc_vs_onnxruntime')} | {ratio(row, 'aotc_vs_openvino_fp32')} "
-            f"| {ratio(row, 'aotc_vs_aoti')} | "
-            + (f"{row['aotc_bf16_ms']:.1f}" if "aotc_bf16_ms" in row else "-")
-            + f" | {ratio(row, 'aotc_bf16_vs_openvino_default')} "
-            f"| {cosine(row, 'aotc_bf16')} / {cosine(row, 'openvino_default')} "
-            f"| {compile_s.get('aotc') or 0:.1f} / {compile_s.get('aoti') or 0:.1f} |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -389,12 +363,7 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="folder for models and artifacts "
                         "(default: a new temporary folder)")
     parser.add_argument("--out", default="bench/results/peers.json")
-    parser.add_argument("--table", metavar="JSON", help="print the results in JSON as a "
-                        "Markdown table and exit")
     args = parser.parse_args()
-    if args.table:
-        print(markdown(json.loads(Path(args.table).read_text())["rows"]))
-        return
     engines = args.engines.split(",")
     unknown = set(engines) - set(ENGINES)
     if unknown:
