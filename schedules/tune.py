@@ -180,11 +180,11 @@ class _Run:
     callbacks: list
     builder: PersistentBuilder
     runner: object
-    log_path: object = None
-    default_schedule: Callable = field(default=lambda func: func)
-    search: str = "rl"
-    measurement: object = None
-    say: Callable[[str], None] = field(default=lambda _m: None)
+    log_path: object
+    default_schedule: Callable
+    search: str
+    measurement: object
+    say: Callable[[str], None]
 
     @classmethod
     def start(cls, tasks, target, log_path, default_schedule, search, checkpoints,
