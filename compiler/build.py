@@ -26,7 +26,7 @@ from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import entry_calls, kernel_table
 from .memory_report import memory_report
-from .packed_imports import pack_imports
+from .packed_imports import incbin_source, pack_imports
 from .pipeline import in_phase, run_phases
 from .runtime_deps import check_runtime_only
 
@@ -207,11 +207,13 @@ def _add_kv_cache(model: ImportedModel, mod, spec: TargetSpec, target,
 def _export(executable, output: Path, metadata: dict, fcompile=None) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="aotc-") as tmp:
-        c_file = Path(tmp) / "aotc_metadata.c"
-        c_file.write_text(artifact.c_source(artifact.metadata_blob(metadata)))
+        blob = Path(tmp) / "aotc_metadata.bin"
+        blob.write_bytes(artifact.metadata_blob(metadata))
+        asm_file = Path(tmp) / "aotc_metadata.s"
+        asm_file.write_text(incbin_source("aotc_metadata", str(blob)))
         staging = Path(tmp) / output.name
         extra = {"fcompile": fcompile} if fcompile is not None else {}
-        executable.export_library(str(staging), addons=[str(c_file)], fpack_imports=pack_imports,
+        executable.export_library(str(staging), addons=[str(asm_file)], fpack_imports=pack_imports,
                                   **extra)
         artifact.seal(staging)
         copy_into_place(staging, output)

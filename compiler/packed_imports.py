@@ -27,16 +27,22 @@ def pack_imports(module, is_system_lib: bool, symbol_prefix: str, workspace_dir:
     blob_path = os.path.join(workspace_dir, "aotc_imports.bin")
     data = np.from_dlpack(blob)
     data.tofile(blob_path)
-    if any(c in blob_path for c in '"\\\n'):
-        raise ValueError(f"workspace path {blob_path!r} cannot be named in an .incbin")
     section = ".lrodata" if data.size > _LARGE_DATA else ".rodata"
     asm_path = os.path.join(workspace_dir, "aotc_imports.s")
     with open(asm_path, "w", encoding="ascii") as f:
-        f.write(f'\t.section {section},"a"\n'
-                f"\t.globl {symbol}\n"
-                f"\t.type {symbol}, %object\n"
-                f"{symbol}:\n"
-                f'\t.incbin "{blob_path}"\n'
-                f"\t.size {symbol}, . - {symbol}\n"
-                '\t.section .note.GNU-stack,"",%progbits\n')
+        f.write(incbin_source(symbol, blob_path, section))
     return asm_path
+
+
+def incbin_source(symbol: str, blob_path: str, section: str = ".rodata") -> str:
+    """GNU assembler source defining the global ``symbol`` over the bytes of ``blob_path``
+    (every target's toolchain assembles it; no compiler pass over the bytes)."""
+    if any(c in blob_path for c in '"\\\n'):
+        raise ValueError(f"path {blob_path!r} cannot be named in an .incbin")
+    return (f'\t.section {section},"a"\n'
+            f"\t.globl {symbol}\n"
+            f"\t.type {symbol}, %object\n"
+            f"{symbol}:\n"
+            f'\t.incbin "{blob_path}"\n'
+            f"\t.size {symbol}, . - {symbol}\n"
+            '\t.section .note.GNU-stack,"",%progbits\n')

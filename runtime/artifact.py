@@ -1,10 +1,11 @@
 """The aotc artifact format: metadata and an integrity hash embedded in the model's .so.
 
-The compiler links a C array ``aotc_metadata`` holding
-``AOTC_META_V1:<sha256 hex>:<json>`` into the library. The hash is the SHA-256 of the whole
-file with those 64 hex digits zeroed, so any change to the file (code, weights, metadata) is
-detected before the library is ever dlopen'ed. It guards against corruption and accidental
-edits, not against an attacker who can also recompute the hash.
+The compiler links a read-only symbol ``aotc_metadata`` holding
+``AOTC_META_V1:<sha256 hex>:<json>`` into the library (assembled from the bytes with
+``.incbin``: no C compiler pass over a metadata table that can run to megabytes). The hash
+is the SHA-256 of the whole file with those 64 hex digits zeroed, so any change to the file
+(code, weights, metadata) is detected before the library is ever dlopen'ed. It guards against
+corruption and accidental edits, not against an attacker who can also recompute the hash.
 """
 
 from __future__ import annotations
@@ -24,13 +25,6 @@ ZERO_HASH = b"0" * HASH_LEN
 def metadata_blob(metadata: dict) -> bytes:
     """Bytes the compiler embeds (with a zero hash to be patched after linking)."""
     return MARKER + ZERO_HASH + b":" + json.dumps(metadata, sort_keys=True).encode() + b"\0"
-
-
-def c_source(blob: bytes) -> str:
-    """A C file defining the blob; `used` keeps the linker from dropping it."""
-    body = ",".join(str(b) for b in blob)
-    return ("__attribute__((used, visibility(\"default\")))\n"
-            f"const unsigned char aotc_metadata[{len(blob)}] = {{{body}}};\n")
 
 
 def _locate(data) -> int:
