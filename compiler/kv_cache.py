@@ -28,10 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 from tvm import relax, tirx
-from tvm.script import tirx as T
 
 from aotc.errors import UnsupportedModelError
 from aotc.runtime.signature import ModelSignature
+
+from .tvmscript import parsed
 
 # Keys are padded to whole AVX-512 registers by FuseAttention; a capacity that is a multiple
 # of this needs no padding copies.
@@ -183,7 +184,7 @@ def _write_kernel(shape: list, axis: int, dtype: str, capacity: int, with_positi
               "(\"ValueError\", [\"KV cache: writing past its capacity\"])",
               f"            cache[{', '.join(at)}] = new[{', '.join(loop)}]"]
     source = "\n".join(lines).replace("(,)", "()")
-    return tvm.script.from_source(source, extra_vars={"T": T})
+    return parsed(source)
 
 
 @relax.expr_functor.mutator

@@ -1,4 +1,6 @@
-"""``top_level.prim_func``: TVMScript's ``T.prim_func`` for functions defined at a module's top
+"""``parsed(source)``: a PrimFunc from TVMScript text, parsed once per process.
+
+``top_level.prim_func``: TVMScript's ``T.prim_func`` for functions defined at a module's top
 level, without the cost of ``inspect.stack()``: ``@top_level.prim_func(s_tir=True)`` (the
 parser reads the options from the decorator's text, and only from an ``X.prim_func(...)``).
 
@@ -11,12 +13,22 @@ in a class")."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from contextlib import contextmanager
 from types import SimpleNamespace
 
+import tvm
 from tvm.script import tirx as T
+
+
+@functools.lru_cache(maxsize=1024)
+def parsed(source: str):
+    """The PrimFunc ``source`` (TVMScript using ``T``) defines. The passes that write kernels
+    as text write the same few again and again (one per rank and dtype); a parse costs tens of
+    milliseconds, and a PrimFunc is an immutable value that any number of modules may hold."""
+    return tvm.script.from_source(source, extra_vars={"T": T})
 
 
 def _prim_func(**options):

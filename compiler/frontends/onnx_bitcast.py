@@ -6,10 +6,10 @@ from __future__ import annotations
 import onnx
 import tvm
 from tvm import relax
-from tvm.script import tirx as T
 
 from aotc.errors import UnsupportedModelError
 
+from ..tvmscript import parsed
 from .relax_shapes import static_shape
 
 _SOURCE = """
@@ -32,7 +32,7 @@ def _kernel(shape: list[int], src: str, dst: str) -> tvm.tirx.PrimFunc:
     loop = f"for {', '.join(names)} in T.grid({dims}):" if names else "if True:"
     source = _SOURCE.format(dims=dims or "", src=src, dst=dst, loop=loop,
                             body=f"y[{at}] = {value}")
-    return tvm.script.from_source(source, extra_vars={"T": T})
+    return parsed(source)
 
 
 def bitcast(bb, inputs, attrs, opset, params):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import relax, tirx
 from tvm.relax import op as R
-from tvm.script import tirx as T
+
+from ..tvmscript import parsed
 
 
 def static_shape(expr: relax.Expr) -> list[int] | None:
@@ -49,9 +49,8 @@ def checked_dims(bb: relax.BlockBuilder, dims: relax.Expr, n: int, message: str,
     e.g. their product; none: only the sign is checked) equals ``expected``. The shape a
     run-time Reshape or Split produces is only safe to use after this: TVM trusts it and
     would read past the data."""
-    kernel = tvm.script.from_source(_CHECK_SOURCE.format(n=n, expected=expected,
-                                                         message=repr(message)),
-                                    extra_vars={"T": T})
+    kernel = parsed(_CHECK_SOURCE.format(n=n, expected=expected,
+                                                         message=repr(message)))
     gv = bb.add_func(kernel, "aotc_check_dims")
     total = i64([expected]) if aggregate is None else bb.emit(R.reshape(aggregate, [1]))
     return bb.emit(relax.call_tir(gv, [dims, total], relax.TensorType((n,), "int64")))

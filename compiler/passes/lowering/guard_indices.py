@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 from tvm import relax, tirx
-from tvm.script import tirx as T
 
 from aotc.errors import CompileError
 
 from ...relax_walk import mutate_functions
+from ...tvmscript import parsed
 
 # kOpaque in TVM's OpPatternKind: FuseOps leaves the kernel alone, so its serial loop and its
 # assert never end up inside a parallel, vectorized consumer.
@@ -123,7 +123,7 @@ def guard_kernel(index_type, data_ndim: int, data_dtype: str, use: IndexUse,
     lines.append(f'{indent}with T.sblock("guard"):')
     indent += "    "
     lines += [indent + line for line in body]
-    return tvm.script.from_source("\n".join(lines), extra_vars={"T": T})
+    return parsed("\n".join(lines))
 
 
 def _tuple(names: list[str]) -> str:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.script import tirx as T
 
 from ...relax_walk import mutate_if_any
+from ...tvmscript import parsed
 
 
 def _empty_kernel(shape: tuple[int, ...], dtype: str) -> tvm.tirx.PrimFunc:
@@ -33,7 +33,7 @@ def empty(out: T.Buffer(({dims}), "{dtype}")):
             T.writes(out[{loops}])
             out[{loops}] = T.Cast("{dtype}", 0)
 """
-    return tvm.script.from_source(source, extra_vars={"T": T})
+    return parsed(source)
 
 
 @relax.expr_functor.mutator
