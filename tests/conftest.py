@@ -29,6 +29,26 @@ def tiny_so(tiny_onnx, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def compiled_example(example_onnx_dir, tmp_path_factory):
+    """``compiled_example(name)``: the example model ``name`` exported to ONNX and compiled
+    for x86 with the default options, once per test process (the end-to-end and C++ runner
+    tests check the same build; their tests share an xdist group, so one process builds it)."""
+    import aotc
+    from aotc.examples.export_onnx import export
+    folder = tmp_path_factory.mktemp("compiled_examples")
+    built: dict = {}
+
+    def get(name: str):
+        if name not in built:
+            onnx_path = export(name, example_onnx_dir)
+            so = folder / f"{name}.so"
+            aotc.compile(onnx_path, target="x86", output=so)
+            built[name] = (onnx_path, so)
+        return built[name]
+    return get
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "in_process: the test loads compiled models in its own process (tests of "

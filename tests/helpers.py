@@ -20,10 +20,12 @@ def compile_and_load(model, tmp_path: Path, name: str = "model", **kwargs):
 
 
 def check_against_onnxruntime(onnx_path, tmp_path: Path, rtol=RTOL, atol=ATOL, feed=None,
-                              **kwargs):
-    """Compile, export, load through aotc.runtime, compare every output with onnxruntime."""
+                              compiled: Path | None = None, **kwargs):
+    """Compile, export, load through aotc.runtime, compare every output with onnxruntime.
+    ``compiled``: the library already built from ``onnx_path`` (no compile here)."""
     import onnxruntime as ort
-    model = compile_and_load(onnx_path, tmp_path, Path(str(onnx_path)).stem, **kwargs)
+    model = aotc.load(compiled) if compiled is not None else \
+        compile_and_load(onnx_path, tmp_path, Path(str(onnx_path)).stem, **kwargs)
     feed = feed or random_inputs(model.signature, seed=1)
     ours = model.run(feed)
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])

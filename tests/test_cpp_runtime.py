@@ -279,11 +279,10 @@ def test_arm_int8_block_under_qemu_computes_the_x86_int8_codes(target, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compiled_examples")
 @pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert"])
-def test_runner_matches_python_on_examples(name, runner, example_onnx_dir, tmp_path):
-    from aotc.examples.export_onnx import export
-    so = tmp_path / f"{name}.so"
-    aotc.compile(export(name, example_onnx_dir), target="x86", output=so)
+def test_runner_matches_python_on_examples(name, runner, compiled_example, tmp_path):
+    _, so = compiled_example(name)
     model = aotc.load(so)
     feed = random_inputs(model.signature, seed=2)
     want = model.run(feed)

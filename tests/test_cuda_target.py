@@ -15,8 +15,10 @@ import aotc
 from aotc.errors import ArtifactError
 from aotc.targets import resolve
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None,
-                                reason="nvcc (CUDA toolkit) compiles CUDA kernels")
+# one xdist worker runs this module: its module-scoped builds are made once
+pytestmark = [pytest.mark.skipif(shutil.which("nvcc") is None,
+                                 reason="nvcc (CUDA toolkit) compiles CUDA kernels"),
+              pytest.mark.xdist_group("test_cuda_target")]
 FATBIN_MAGIC = bytes.fromhex("50ed55ba")  # 0xBA55ED50, little-endian
 
 

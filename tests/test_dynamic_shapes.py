@@ -10,6 +10,9 @@ from onnx_builders import tiny_cnn
 import aotc
 from aotc.errors import AotcError, InputMismatchError
 
+# one xdist worker runs this module: its module-scoped builds are made once
+pytestmark = pytest.mark.xdist_group("test_dynamic_shapes")
+
 
 @pytest.fixture(scope="module")
 def dynamic_onnx(tmp_path_factory):

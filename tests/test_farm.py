@@ -21,6 +21,9 @@ from aotc.farm_daemons import LoopbackFarm, free_port
 from aotc.schedules import log as tuning_log
 from aotc.schedules.farm_target import Farm, FarmError, servers_of, summary
 
+# one xdist worker runs this module: its module-scoped builds are made once
+pytestmark = pytest.mark.xdist_group("test_farm")
+
 
 def group_alive(pgid: int, wait_s: float = 5.0) -> bool:
     """Whether a process of group ``pgid`` still runs (zombies waiting for init to reap them

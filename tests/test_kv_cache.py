@@ -18,6 +18,9 @@ from aotc.errors import AotcError, InputMismatchError, ModelRunError, Unsupporte
 from aotc.examples import decoders
 from aotc.options import CompileOptions
 
+# one xdist worker runs this module: its module-scoped builds are made once
+pytestmark = pytest.mark.xdist_group("test_kv_cache")
+
 SIZES = {"layers": 2, "heads": 4, "width": 64, "vocabulary": 1000}
 CAPACITY = 48
 

@@ -18,6 +18,9 @@ import aotc
 from aotc.errors import AotcError
 from compiler.frontends.onnx_loader import import_onnx
 
+# one xdist worker runs this module: its module-scoped builds are made once
+pytestmark = pytest.mark.xdist_group("test_loop")
+
 
 def _compiled(tmp_path, model: onnx.ModelProto, name: str):
     path = tmp_path / f"{name}.onnx"

@@ -15,9 +15,11 @@ LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "
                 "shufflenet", "squeezenet", "vgg19", "zfnet512"]
 
 
+@pytest.mark.xdist_group("compiled_examples")
 @pytest.mark.parametrize("name", ["resnet18", "mobilenetv2"])
-def test_example_cnn_matches_onnxruntime(name, example_onnx_dir, tmp_path):
-    model, _ = check_against_onnxruntime(export(name, example_onnx_dir), tmp_path)
+def test_example_cnn_matches_onnxruntime(name, compiled_example, tmp_path):
+    onnx_path, so = compiled_example(name)
+    model, _ = check_against_onnxruntime(onnx_path, tmp_path, compiled=so)
     assert model.metadata["unscheduled_kernels"] == []
 
 
@@ -32,10 +34,11 @@ def test_architecture_matches_onnxruntime(name, example_onnx_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_example_bert_matches_onnxruntime(example_onnx_dir, tmp_path):
+@pytest.mark.xdist_group("compiled_examples")
+def test_example_bert_matches_onnxruntime(compiled_example, tmp_path):
     # 4 layers of 768-wide fp32 matmuls + erf-GELU: errors of ~4e-6 on outputs of |x|~4 seen.
-    model, _ = check_against_onnxruntime(export("bert", example_onnx_dir), tmp_path,
-                                         rtol=1e-3, atol=1e-4)
+    onnx_path, so = compiled_example("bert")
+    model, _ = check_against_onnxruntime(onnx_path, tmp_path, rtol=1e-3, atol=1e-4, compiled=so)
     assert model.metadata["unscheduled_kernels"] == []
 
 

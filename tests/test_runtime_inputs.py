@@ -12,6 +12,9 @@ from onnx import TensorProto, helper
 import aotc
 from aotc.errors import InputMismatchError
 
+# one xdist worker runs this module: its module-scoped builds are made once
+pytestmark = pytest.mark.xdist_group("test_runtime_inputs")
+
 X_SHAPE = (1, 8, 12, 12)
 
 

@@ -17,6 +17,9 @@ import aotc
 from aotc.errors import AotcError, InputMismatchError, UnsupportedModelError
 from aotc.examples.dynamic_transformers import export, feed
 
+# one xdist worker runs this module: its module-scoped builds are made once
+pytestmark = pytest.mark.xdist_group("test_variable_length")
+
 pytest.importorskip("transformers")
 
 LENGTHS = [(1, 1), (1, 16), (4, 16), (2, 128), (1, 384), (3, 37)]

@@ -9,6 +9,9 @@ import torch
 
 import aotc
 
+# one xdist worker runs this module: its module-scoped builds are made once
+pytestmark = pytest.mark.xdist_group("test_digits_accuracy")
+
 datasets = pytest.importorskip("sklearn.datasets")
 
 
