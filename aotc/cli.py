@@ -447,6 +447,49 @@ def profile_cmd(artifact, runs, top, json_out, dims, entry):
         Path(json_out).write_text(report.to_json())
 
 
+@main.command("serve")
+@click.argument("models", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
+              help="YAML/JSON: models (path, name, version, batching), limits, ports.")
+@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
+@click.option("--http-port", type=click.IntRange(0, 65535), default=None,
+              help="Open Inference Protocol over HTTP (default 8000).")
+@click.option("--grpc-port", type=click.IntRange(0, 65535), default=None,
+              help="Open Inference Protocol over gRPC (default 8001).")
+@click.option("--no-grpc", is_flag=True, help="Serve HTTP only.")
+@click.option("--max-batch", type=click.IntRange(1), default=None,
+              help="Rows per model run for models with a symbolic batch dim (default 8; "
+                   "1: no batching).")
+@click.option("--max-delay-ms", type=click.FloatRange(0), default=None,
+              help="How long a request waits for others to batch with (default 2).")
+@click.option("--queue-limit", type=click.IntRange(1), default=None,
+              help="Queued requests per model before 503 + Retry-After (default 256).")
+@click.option("--access-log", is_flag=True, help="One JSON line per request on stderr.")
+@_guard
+def serve_cmd(models, config_path, host, http_port, grpc_port, no_grpc, max_batch,
+              max_delay_ms, queue_limit, access_log):
+    """Serve compiled models over the Open Inference Protocol (KServe v2), HTTP and gRPC,
+    with dynamic batching and Prometheus metrics at /metrics. Stops on SIGTERM/SIGINT after
+    answering every request it has received."""
+    from aotc import serve
+    from aotc.serve import config as serve_config
+    from aotc.serve.metrics import log_to_stderr
+    flags = {k: v for k, v in (("max_batch", max_batch), ("max_delay_ms", max_delay_ms),
+                               ("queue_limit", queue_limit)) if v is not None}
+    base = serve.BatchSettings(**flags)
+    config = serve_config.read(config_path, base) if config_path else serve.ServeConfig()
+    config.models += [serve.ModelConfig(Path(m), batching=base) for m in models]
+    if not config.models:
+        raise click.UsageError("give a model (MODEL.so) or a --config that lists models")
+    config.host = host or config.host
+    config.http_port = http_port if http_port is not None else config.http_port
+    config.grpc_port = None if no_grpc else (grpc_port if grpc_port is not None
+                                             else config.grpc_port)
+    if access_log:
+        log_to_stderr()
+    serve.serve(config)
+
+
 @main.command("inspect")
 @click.argument("model", type=click.Path(dir_okay=False))
 @_guard

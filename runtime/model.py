@@ -102,10 +102,10 @@ class Model:
         name, sizes = self._bucket_for(bound) if entry is None else self._entry(entry, bound)
         if not sizes:
             return self._run_entry(name, arrays)
-        arrays = [_pad(a, spec, sizes) for a, spec in zip(arrays, self.signature.inputs)]
+        arrays = [pad_to(a, spec, sizes) for a, spec in zip(arrays, self.signature.inputs)]
         outputs = self._run_entry(name, arrays)
         specs = {o.name: o for o in self.signature.outputs}
-        return {k: _crop(v, specs[k], sizes, bound) if k in specs else v
+        return {k: crop_to(v, specs[k], sizes, bound) if k in specs else v
                 for k, v in outputs.items()}
 
     def _entry(self, name: str, bound: dict[str, int]) -> tuple[str, dict[str, int]]:
@@ -298,15 +298,18 @@ def check_inputs(signature: ModelSignature, inputs: dict,
     return arrays, bound
 
 
-def _pad(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:
-    """Zeros after the data along the bucketed dims (the bucket's size)."""
+def pad_to(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:
+    """Zeros after the data along the bucketed dims (the bucket's size); only sizes a library
+    verified at compile time (its buckets) may be padded to."""
     widths = [(0, sizes[d] - n if isinstance(d, str) and d in sizes else 0)
               for d, n in zip(spec.shape, array.shape)]
     return np.pad(array, widths) if any(w for _, w in widths) else array
 
 
-def _crop(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int],
-          bound: dict[str, int]) -> np.ndarray:
+def crop_to(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int],
+            bound: dict[str, int]) -> np.ndarray:
+    """``array`` (an output of ``spec``) cut back along the padded dims to their sizes in
+    ``bound``."""
     if array.ndim != len(spec.shape):
         return array
     cut = tuple(slice(0, bound[d]) if isinstance(d, str) and d in sizes else slice(None)

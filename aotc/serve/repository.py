@@ -1,0 +1,72 @@
+"""The models a server holds: each loaded once, with its batcher and its protocol metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aotc.errors import AotcError
+
+from .batcher import Batcher, BatchSettings
+from .tensors import datatype_of
+
+
+class ModelNotFound(AotcError):
+    """Answered 404."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One served model: ``name`` (default: the file's stem), ``version`` (the protocol's
+    version string) and its batching settings."""
+    path: Path
+    name: str = ""
+    version: str = "1"
+    batching: BatchSettings = field(default_factory=BatchSettings)
+
+    @property
+    def served_name(self) -> str:
+        return self.name or self.path.stem
+
+
+class ServedModel:
+    def __init__(self, config: ModelConfig, observe=None):
+        from aotc.runtime import load
+        self.config = config
+        self.name, self.version = config.served_name, config.version
+        self.model = load(config.path)
+        self.batcher = Batcher(self.name, self.model, config.batching, observe)
+
+    def metadata(self) -> dict:
+        """The protocol's model metadata: a symbolic dim is -1."""
+        def tensors(specs):
+            return [{"name": s.name, "datatype": datatype_of(s.dtype),
+                     "shape": [d if isinstance(d, int) else -1 for d in s.shape]}
+                    for s in specs]
+        signature = self.model.signature
+        return {"name": self.name, "versions": [self.version], "platform": "aotc_tvm",
+                "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
+
+    def output_datatypes(self) -> dict[str, str]:
+        return {s.name: datatype_of(s.dtype) for s in self.model.signature.outputs}
+
+
+class Repository:
+    def __init__(self, configs: list[ModelConfig], observe=None):
+        names = [c.served_name for c in configs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise AotcError(f"two models are served as {dupes}: give them distinct names")
+        if not configs:
+            raise AotcError("no model to serve")
+        self.models = {c.served_name: ServedModel(c, observe) for c in configs}
+
+    def get(self, name: str, version: str | None = None) -> ServedModel:
+        served = self.models.get(name)
+        if served is None:
+            raise ModelNotFound(f"no model named {name!r}; this server has "
+                                f"{sorted(self.models)}")
+        if version not in (None, "", served.version):
+            raise ModelNotFound(f"model {name!r} has no version {version!r}; it has "
+                                f"{served.version!r}")
+        return served
