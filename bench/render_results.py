@@ -131,6 +131,28 @@ def contention_table(data: dict) -> list[str]:
             *_table(["model", *scenarios], body)]
 
 
+def serve_load_table(data: dict) -> list[str]:
+    """Throughput at the P99 SLO per server setup, every step of the sweeps, and the burst."""
+    summary = data["throughput_at_slo"]
+    base = summary.get("onnxruntime_no_batching") or None
+    top = [[setup.replace("_", " "), _f(value, 1),
+            _f(value / base if base else None)] for setup, value in summary.items()]
+    steps = [[s["setup"].replace("_", " "), _f(s["rate"], 0), _f(s["throughput"], 1),
+              _f(s["p50_ms"], 0), _f(s["p99_ms"], 0), str(s["refused_503"])]
+             for s in data["steps"]]
+    b = data["burst"]
+    model = data["model"]["config"]
+    return [f"BERT-class encoder ({model['num_hidden_layers']} layers, "
+            f"{model['hidden_size']} wide), request lengths {data['model']['lengths'][0]}-"
+            f"{data['model']['lengths'][1]}, buckets {data['model']['buckets']}; Poisson "
+            f"arrivals, P99 SLO {data['slo_ms']:.0f} ms; client and server on the same cores.",
+            "", *_table(["setup", "requests/s at the SLO", "/ onnxruntime, no batching"], top),
+            "", *_table(["setup", "offered /s", "done /s", "p50 ms", "p99 ms", "503s"], steps),
+            "", f"Burst at {b['rate']:.0f}/s for 3 s against a queue limit of 64: {b['sent']} "
+            f"sent, {b['ok']} answered 200, {b['refused_503']} refused 503 with Retry-After, "
+            f"{b['other']} other, {b['sent'] - b['answered']} lost."]
+
+
 RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers": ("Standard architectures against peer engines", peers_table),
     "peers_iree": ("Compile time and latency against IREE", peers_table),
@@ -143,6 +165,7 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "contention": ("Shared CPUs: busy neighbours, a CPU quota, two processes",
                    contention_table),
     "contention_mobilenetv2": ("Shared CPUs: MobileNetV2 with more rounds", contention_table),
+    "serve_load": ("Serving: dynamic batching under load", serve_load_table),
 }
 
 

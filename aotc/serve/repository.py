@@ -29,12 +29,46 @@ class ModelConfig:
         return self.name or self.path.stem
 
 
+class OnnxRuntimeModel:
+    """An ``.onnx`` file run by onnxruntime behind the same server: the baseline that
+    bench/serve_load.py measures aotc against. It has no buckets, so its batches hold only
+    requests of equal sizes."""
+
+    _DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64",
+               "tensor(float16)": "float16", "tensor(int64)": "int64", "tensor(int32)": "int32",
+               "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(bool)": "bool"}
+
+    def __init__(self, path: Path):
+        import onnxruntime as ort
+
+        from aotc.runtime.signature import ModelSignature, TensorSpec
+        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+        def specs(values, side: str):
+            out = []
+            for k, value in enumerate(values):
+                if value.type not in self._DTYPES:
+                    raise AotcError(f"{path}: {side} {value.name!r} is a {value.type}")
+                shape = tuple(d if isinstance(d, (int, str)) else f"{side}{k}_dim{j}"
+                              for j, d in enumerate(value.shape))
+                out.append(TensorSpec(value.name, shape, self._DTYPES[value.type]))
+            return tuple(out)
+        self.signature = ModelSignature(specs(self.session.get_inputs(), "input"),
+                                        specs(self.session.get_outputs(), "output"))
+        self.metadata: dict = {}
+
+    def run(self, inputs: dict) -> dict:
+        names = [o.name for o in self.signature.outputs]
+        return dict(zip(names, self.session.run(None, inputs)))
+
+
 class ServedModel:
     def __init__(self, config: ModelConfig, observe=None):
         from aotc.runtime import load
         self.config = config
         self.name, self.version = config.served_name, config.version
-        self.model = load(config.path)
+        self.model = OnnxRuntimeModel(config.path) if config.path.suffix == ".onnx" \
+            else load(config.path)
         self.batcher = Batcher(self.name, self.model, config.batching, observe)
 
     def metadata(self) -> dict:
@@ -44,7 +78,8 @@ class ServedModel:
                      "shape": [d if isinstance(d, int) else -1 for d in s.shape]}
                     for s in specs]
         signature = self.model.signature
-        return {"name": self.name, "versions": [self.version], "platform": "aotc_tvm",
+        platform = "onnxruntime_onnx" if isinstance(self.model, OnnxRuntimeModel) else "aotc_tvm"
+        return {"name": self.name, "versions": [self.version], "platform": platform,
                 "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
 
     def output_datatypes(self) -> dict[str, str]:
