@@ -443,3 +443,99 @@ def test_the_batcher_groups_by_bucket_pads_crops_and_isolates_a_failure():
     # bucket 4: lengths 3, 1, 4, 2 in one run; bucket 8: 6, 8 and the failing 7, then each
     # alone; 11 alone
     assert sorted(model.runs) == sorted([(4, 4), (3, 8), (1, 6), (1, 8), (1, 7), (1, 11)])
+
+
+def detector() -> onnx.ModelProto:
+    """[N, 1, 24, 24] -> conv3x3 (1 -> 8) + relu -> features [N, 8, 24, 24]."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(7).standard_normal((8, 1, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["image", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["features"])], "detector",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 24, 24])],
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 8, 24, 24])],
+        [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_two_stage_pipeline_is_one_endpoint_with_its_latency_by_stage(cnn, tmp_path):
+    """detector -> Python crop -> classifier, declared in the config and served as one model:
+    the answer matches onnxruntime + the same crop + onnxruntime; the metrics split its
+    latency by stage; a request that does not fit the first model is a 400."""
+    from serve_steps import crop_brightest
+    onnx.save(detector(), tmp_path / "detector.onnx")
+    aotc.compile(tmp_path / "detector.onnx", output=tmp_path / "detector.so")
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"""
+models:
+  - path: {tmp_path / 'detector.so'}
+  - path: {cnn[1]}
+    name: classifier
+pipelines:
+  - name: detect_classify
+    inputs: [image]
+    outputs: [scores, corner]
+    steps:
+      - model: detector
+        inputs: {{image: image}}
+        outputs: {{features: features}}
+      - name: crop
+        function: serve_steps:crop_brightest
+        inputs: {{features: features}}
+        outputs: {{crops: crops, corner: corner}}
+      - model: classifier
+        inputs: {{x: crops}}
+        outputs: {{y: scores}}
+""")
+    running = Running(["--config", str(config)],
+                      env={"PYTHONPATH": str(Path(__file__).parent)})
+    try:
+        image = np.random.default_rng(8).standard_normal((2, 1, 24, 24)).astype(np.float32)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{running.grpc}")
+        tensor = grpcclient.InferInput("image", list(image.shape), "FP32")
+        tensor.set_data_from_numpy(image)
+        result = client.infer("detect_classify", [tensor])
+        features = onnxruntime_says(tmp_path / "detector.onnx", {"image": image})[0]
+        cropped = crop_brightest(features)
+        want = onnxruntime_says(cnn[0], {"x": cropped["crops"]})[0]
+        np.testing.assert_allclose(result.as_numpy("scores"), want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(result.as_numpy("corner"), cropped["corner"])
+        meta = httpclient.InferenceServerClient(f"127.0.0.1:{running.http}").get_model_metadata(
+            "detect_classify")
+        assert meta["inputs"] == [{"name": "image", "datatype": "FP32",
+                                   "shape": [-1, 1, 24, 24]}]
+        from prometheus_client.parser import text_string_to_metric_families
+        text = urllib.request.urlopen(running.url("/metrics")).read().decode()
+        stages = {s.labels["stage"]: s.value for f in text_string_to_metric_families(text)
+                  if f.name == "aotc_stage_seconds" for s in f.samples
+                  if s.name == "aotc_stage_seconds_count"}
+        assert stages == {"detector": 1, "crop": 1, "classifier": 1}
+        bad = {"inputs": [{"name": "image", "shape": [1, 1, 24, 25], "datatype": "FP32",
+                           "data": [0.0] * 600}]}
+        status, _, answer = post(running.url("/v2/models/detect_classify/infer"),
+                                 json.dumps(bad).encode())
+        assert status == 400 and "expected shape" in json.loads(answer)["error"], answer
+    finally:
+        assert running.stop() == 0
+
+
+@pytest.mark.parametrize("step, message", [
+    ("      - model: nowhere\n        inputs: {x: image}\n        outputs: {y: scores}\n",
+     "runs model 'nowhere', which is not served"),
+    ("      - model: classifier\n        inputs: {image: image}\n        outputs: {y: scores}\n",
+     r"maps inputs \['image'\]; model 'classifier' takes \['x'\]"),
+    ("      - model: classifier\n        inputs: {x: crops}\n        outputs: {y: scores}\n",
+     r"reads \['crops'\], which no input or step produces"),
+    ("      - function: serve_steps:no_such\n        inputs: {f: image}\n"
+     "        outputs: {y: scores}\n", "cannot import 'serve_steps:no_such'"),
+])
+def test_a_broken_pipeline_is_refused_at_start(cnn, tmp_path, step, message):
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"models:\n  - path: {cnn[1]}\n    name: classifier\npipelines:\n"
+                      f"  - name: p\n    inputs: [image]\n    outputs: [scores]\n    steps:\n"
+                      + step)
+    done = subprocess.run([sys.executable, "-c", "from aotc.cli import main; main()", "serve",
+                           "--config", str(config)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
+    import re
+    assert done.returncode == 1 and re.search(message, done.stderr), done.stderr

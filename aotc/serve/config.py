@@ -10,11 +10,15 @@ from aotc.errors import AotcError
 
 from .batcher import BatchSettings
 from .core import DEFAULT_MAX_REQUEST_BYTES
+from .pipeline import PipelineConfig, Step
 from .repository import ModelConfig
 
 _MODEL_KEYS = {"path", "name", "version", "batching"}
 _BATCH_KEYS = {"max_batch", "max_delay_ms", "queue_limit"}
-_TOP_KEYS = {"models", "max_request_bytes", "http_port", "grpc_port", "host", "batching"}
+_TOP_KEYS = {"models", "pipelines", "max_request_bytes", "http_port", "grpc_port", "host",
+             "batching"}
+_PIPELINE_KEYS = {"name", "version", "inputs", "outputs", "steps"}
+_STEP_KEYS = {"name", "model", "function", "inputs", "outputs"}
 
 
 @dataclass
@@ -24,6 +28,7 @@ class ServeConfig:
     http_port: int | None = 8000
     grpc_port: int | None = 8001
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    pipelines: list[PipelineConfig] = field(default_factory=list)
 
 
 def read(path: str | Path, base: BatchSettings | None = None) -> ServeConfig:
@@ -59,7 +64,41 @@ def read(path: str | Path, base: BatchSettings | None = None) -> ServeConfig:
         config.models.append(ModelConfig(
             model_path, str(entry.get("name", "")), str(entry.get("version", "1")),
             _batching(entry.get("batching") or {}, defaults, f"{where}: batching")))
+    for k, entry in enumerate(data.get("pipelines") or []):
+        config.pipelines.append(_pipeline(entry, f"{path}: pipelines[{k}]"))
     return config
+
+
+def _pipeline(entry, where: str) -> PipelineConfig:
+    """``{name, inputs: [tensor...], outputs: [tensor...], steps: [{name, model | function,
+    inputs: {port: tensor}, outputs: {port: tensor}}]}``."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise AotcError(f"{where}: a pipeline needs a 'name'")
+    _only(entry, _PIPELINE_KEYS, where)
+    names: dict[str, list[str]] = {}
+    for key in ("inputs", "outputs"):
+        value = entry.get(key)
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise AotcError(f"{where}: '{key}' must be a non-empty list of tensor names")
+        names[key] = value
+    steps = []
+    for k, step in enumerate(entry.get("steps") or []):
+        here = f"{where}: steps[{k}]"
+        if not isinstance(step, dict):
+            raise AotcError(f"{here}: must be a mapping")
+        _only(step, _STEP_KEYS, here)
+        ports = {key: step.get(key) or {} for key in ("inputs", "outputs")}
+        for key, value in ports.items():
+            if not isinstance(value, dict) or not all(
+                    isinstance(a, str) and isinstance(b, str) for a, b in value.items()):
+                raise AotcError(f"{here}: '{key}' must map port names to tensor names")
+        steps.append(Step(str(step.get("name") or step.get("model") or f"step{k}"),
+                          ports["inputs"], ports["outputs"], step.get("model"),
+                          step.get("function")))
+    if not steps:
+        raise AotcError(f"{where}: a pipeline needs 'steps'")
+    return PipelineConfig(entry["name"], tuple(names["inputs"]), tuple(names["outputs"]),
+                          tuple(steps), str(entry.get("version", "1")))
 
 
 def _batching(data: dict, base: BatchSettings, where: str) -> BatchSettings:

@@ -21,15 +21,18 @@ class Server:
     """The served models and their state; the front ends call ``infer``."""
 
     def __init__(self, models: list[ModelConfig],
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, pipelines=()):
         self.metrics = Metrics()
-        self.repository = Repository(models, self._observe)
+        self.repository = Repository(models, self._observe, pipelines, self._observe_stage)
         self.max_request_bytes = max_request_bytes
         self.ready = False
 
     def _observe(self, kind: str, model: str, value: float) -> None:
         {"queue": self.metrics.queue, "compute": self.metrics.compute,
          "batch": self.metrics.batch}[kind].labels(model).observe(value)
+
+    def _observe_stage(self, pipeline: str, stage: str, seconds: float) -> None:
+        self.metrics.stage.labels(pipeline, stage).observe(seconds)
 
     def start(self) -> None:
         """Start the batchers (inside the running event loop)."""
@@ -52,7 +55,7 @@ class Server:
 
     async def infer(self, served, inputs: dict[str, np.ndarray],
                     requested: list[str] | None = None) -> dict[str, np.ndarray]:
-        outputs_known = [s.name for s in served.model.signature.outputs]
+        outputs_known = served.output_names()
         if requested is not None:
             unknown = [n for n in requested if n not in outputs_known]
             if unknown:
@@ -60,9 +63,11 @@ class Server:
                                  f"outputs are {outputs_known}")
         gauge = self.metrics.inflight.labels(served.name)
         gauge.inc()
-        self.metrics.queued.labels(served.name).set(served.batcher.queued)
+        batcher = getattr(served, "batcher", None)
+        if batcher is not None:
+            self.metrics.queued.labels(served.name).set(batcher.queued)
         try:
-            outputs = await served.batcher.infer(inputs)
+            outputs = await served.infer(inputs)
         finally:
             gauge.dec()
         if requested is not None:

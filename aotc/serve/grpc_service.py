@@ -16,7 +16,7 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from .core import Server, classify
-from .tensors import BadRequest, from_bytes, numpy_dtype, to_bytes
+from .tensors import BadRequest, datatype_of, from_bytes, numpy_dtype, to_bytes
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -197,9 +197,8 @@ def handler(server: Server) -> grpc.GenericRpcHandler:
             await _abort(context, err)
         response = m["ModelInferResponse"](model_name=served.name,
                                            model_version=served.version, id=request.id)
-        datatypes = served.output_datatypes()
         for name, value in outputs.items():
-            response.outputs.add(name=name, datatype=datatypes.get(name, "FP32"),
+            response.outputs.add(name=name, datatype=datatype_of(value.dtype.name),
                                  shape=list(value.shape))
             response.raw_output_contents.append(to_bytes(value))
         server.metrics.answered(served.name, "grpc", "ok", started, None, request.id)

@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .core import Server, classify
-from .tensors import BadRequest, from_bytes, from_json, to_bytes, to_json_data
+from .tensors import BadRequest, datatype_of, from_bytes, from_json, to_bytes, to_json_data
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -152,10 +152,9 @@ def _encode(served, outputs: dict[str, np.ndarray], header: dict) -> Response:
     binary_all = bool((header.get("parameters") or {}).get("binary_data_output", False))
     wants_binary = {o["name"]: bool((o.get("parameters") or {}).get("binary_data", binary_all))
                     for o in header.get("outputs") or []}
-    datatypes = served.output_datatypes()
     entries, blobs = [], []
     for name, value in outputs.items():
-        entry = {"name": name, "datatype": datatypes.get(name, "FP32"),
+        entry: dict[str, object] = {"name": name, "datatype": datatype_of(value.dtype.name),
                  "shape": list(value.shape)}
         if wants_binary.get(name, binary_all):
             blob = to_bytes(value)
@@ -164,7 +163,8 @@ def _encode(served, outputs: dict[str, np.ndarray], header: dict) -> Response:
         else:
             entry["data"] = to_json_data(value)
         entries.append(entry)
-    body = {"model_name": served.name, "model_version": served.version, "outputs": entries}
+    body: dict[str, object] = {"model_name": served.name, "model_version": served.version,
+                               "outputs": entries}
     if header.get("id"):
         body["id"] = header["id"]
     text = json.dumps(body, separators=(",", ":")).encode()

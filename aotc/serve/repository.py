@@ -82,25 +82,36 @@ class ServedModel:
         return {"name": self.name, "versions": [self.version], "platform": platform,
                 "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
 
-    def output_datatypes(self) -> dict[str, str]:
-        return {s.name: datatype_of(s.dtype) for s in self.model.signature.outputs}
+
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.model.signature.outputs]
+
+    async def infer(self, inputs: dict):
+        return await self.batcher.infer(inputs)
 
 
 class Repository:
-    def __init__(self, configs: list[ModelConfig], observe=None):
-        names = [c.served_name for c in configs]
+    """The served models and pipelines, by name (one namespace: a pipeline is an endpoint)."""
+
+    def __init__(self, configs: list[ModelConfig], observe=None, pipelines=(),
+                 observe_stage=None):
+        from .pipeline import ServedPipeline
+        names = [c.served_name for c in configs] + [p.name for p in pipelines]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise AotcError(f"two models are served as {dupes}: give them distinct names")
+            raise AotcError(f"two models or pipelines are served as {dupes}: give them "
+                            "distinct names")
         if not configs:
             raise AotcError("no model to serve")
         self.models = {c.served_name: ServedModel(c, observe) for c in configs}
+        self.pipelines = {p.name: ServedPipeline(p, self.models, observe_stage)
+                          for p in pipelines}
 
-    def get(self, name: str, version: str | None = None) -> ServedModel:
-        served = self.models.get(name)
+    def get(self, name: str, version: str | None = None):
+        served = self.models.get(name) or self.pipelines.get(name)
         if served is None:
             raise ModelNotFound(f"no model named {name!r}; this server has "
-                                f"{sorted(self.models)}")
+                                f"{sorted([*self.models, *self.pipelines])}")
         if version not in (None, "", served.version):
             raise ModelNotFound(f"model {name!r} has no version {version!r}; it has "
                                 f"{served.version!r}")

@@ -32,7 +32,7 @@ async def serve_async(config: ServeConfig, announce=None) -> None:
 
     from . import grpc_service, http_app
 
-    server = Server(config.models, config.max_request_bytes)
+    server = Server(config.models, config.max_request_bytes, config.pipelines)
     server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
