@@ -309,7 +309,8 @@ def tuning_tasks(model, target: str = "x86", *, input_shapes=None, example_input
     return extract_tasks(mod), tvm_target, default_schedule
 
 
-def load(path: str | Path, verify: bool = True):
-    """Load a compiled model (see aotc.runtime.Model)."""
+def load(path: str | Path, verify: bool = True, key_file: str | Path | None = None):
+    """Load a compiled model (see aotc.runtime.Model); ``key_file``: an encrypted model's key
+    (else AOTC_MODEL_KEY / AOTC_MODEL_KEY_FILE)."""
     from aotc.runtime import load as _load
-    return _load(path, verify=verify)
+    return _load(path, verify=verify, key_file=key_file)

@@ -5,6 +5,7 @@ Exit codes: 0 success, 1 failure (one-line reason; full trace with --verbose), 2
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import traceback
@@ -151,14 +152,31 @@ PRECISION_OPTION = click.option(
               help="Print, pass by pass, the time and what changed (ops, kernels).")
 @click.option("--tuning-log", "tuning_logs", multiple=True, type=click.Path(dir_okay=False),
               help="Apply the records of this log (aotc tune) where they match (repeatable).")
+@click.option("--encrypt-key-file", "encrypt_key", type=click.Path(exists=True, dir_okay=False),
+              help="Write the library encrypted (AES-256-GCM) with this key (aotc keygen).")
 @click.option("--no-shipped-logs", "no_shipped", is_flag=True,
               help="Do not apply the tuning logs shipped with aotc (tuning_logs/).")
 @TRUST_PICKLE_OPTION
 @PRECISION_OPTION
 @quantize_options
 @_guard
-def compile_cmd(model, target, output, input_shape, tuning_logs, no_shipped, **opts):
+def compile_cmd(model, target, output, input_shape, tuning_logs, no_shipped, encrypt_key,
+                **opts):
     """Compile MODEL (.onnx or .pt2) into one shared library."""
+    if encrypt_key:
+        from aotc.runtime import encrypted
+        encrypted.read_key(encrypt_key)  # a bad key fails before the compile
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="aotc-", dir=encrypted.staging_folder()) as tmp:
+            plain = Path(tmp) / Path(output).name
+            _compile(model, target, plain, input_shape, tuning_logs, no_shipped, **opts)
+            encrypted.encrypt_file(plain, output, encrypt_key)
+        click.echo(f"encrypted {output} (AES-256-GCM)")
+        return
+    _compile(model, target, output, input_shape, tuning_logs, no_shipped, **opts)
+
+
+def _compile(model, target, output, input_shape, tuning_logs, no_shipped, **opts):
     from aotc.api import compile as compile_model
     from aotc.compiler.frontends.shapes import parse_input_shape
 
@@ -447,6 +465,19 @@ def profile_cmd(artifact, runs, top, json_out, dims, entry):
         Path(json_out).write_text(report.to_json())
 
 
+@main.command("keygen")
+@click.argument("key_file", type=click.Path(dir_okay=False))
+@_guard
+def keygen_cmd(key_file):
+    """Write a new random 256-bit key (hex, mode 0600) for encrypted models."""
+    from aotc.runtime.encrypted import new_key_file
+    try:
+        new_key_file(key_file)
+    except FileExistsError:
+        raise click.ClickException(f"{key_file} exists; keys are never overwritten") from None
+    click.echo(f"wrote {key_file}")
+
+
 @main.command("serve")
 @click.argument("models", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
@@ -465,9 +496,11 @@ def profile_cmd(artifact, runs, top, json_out, dims, entry):
 @click.option("--queue-limit", type=click.IntRange(1), default=None,
               help="Queued requests per model before 503 + Retry-After (default 256).")
 @click.option("--access-log", is_flag=True, help="One JSON line per request on stderr.")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False),
+              help="Key of encrypted models (also AOTC_MODEL_KEY / AOTC_MODEL_KEY_FILE).")
 @_guard
 def serve_cmd(models, config_path, host, http_port, grpc_port, no_grpc, max_batch,
-              max_delay_ms, queue_limit, access_log):
+              max_delay_ms, queue_limit, access_log, key_file):
     """Serve compiled models over the Open Inference Protocol (KServe v2), HTTP and gRPC,
     with dynamic batching and Prometheus metrics at /metrics. Stops on SIGTERM/SIGINT after
     answering every request it has received."""
@@ -479,6 +512,9 @@ def serve_cmd(models, config_path, host, http_port, grpc_port, no_grpc, max_batc
     base = serve.BatchSettings(**flags)
     config = serve_config.read(config_path, base) if config_path else serve.ServeConfig()
     config.models += [serve.ModelConfig(Path(m), batching=base) for m in models]
+    if key_file:
+        config.models = [m if m.key_file else dataclasses.replace(m, key_file=Path(key_file))
+                         for m in config.models]
     if not config.models:
         raise click.UsageError("give a model (MODEL.so) or a --config that lists models")
     config.host = host or config.host

@@ -9,9 +9,11 @@ from .model import Model
 from .signature import ModelSignature, TensorSpec
 
 
-def load(path, verify: bool = True) -> Model:
-    """Load a .so built by ``aotc compile``; refuses files that fail the integrity check."""
-    return Model(path, verify=verify)
+def load(path, verify: bool = True, key_file=None) -> Model:
+    """Load a .so built by ``aotc compile``; refuses files that fail the integrity check. An
+    encrypted one is decrypted into memory with the key in ``key_file`` (or from
+    AOTC_MODEL_KEY / AOTC_MODEL_KEY_FILE): runtime/encrypted.py."""
+    return Model(path, verify=verify, key_file=key_file)
 
 
 __all__ = ["Model", "ModelSignature", "TensorSpec", "load"]

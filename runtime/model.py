@@ -15,7 +15,7 @@ import numpy as np
 from aotc import settings
 from aotc.errors import ArtifactError, InputMismatchError, ModelRunError, meaningful_line
 
-from . import forks, generate, loops
+from . import encrypted, forks, generate, loops
 from ._tvm_runtime import tvm_ffi
 from .artifact import read_metadata
 from .buffers import TVM_ALIGNMENT, aligned_empty
@@ -33,9 +33,19 @@ class Model:
     threads on one Model are serialized by a lock. For parallel throughput, load one Model per
     thread (each has its own VM; TVM's thread pools are per calling thread)."""
 
-    def __init__(self, path: str | Path, verify: bool = True):
+    def __init__(self, path: str | Path, verify: bool = True, key_file=None):
         self.path = Path(path)
-        self.metadata = read_metadata(self.path, verify=verify)
+        memory = encrypted.open_encrypted(self.path, key_file) \
+            if encrypted.is_encrypted(self.path) else None
+        try:
+            self._init(memory.path if memory else self.path, verify)
+        finally:
+            if memory is not None:
+                memory.close()  # the loaded library stays mapped; no copy remains
+
+    def _init(self, library: Path, verify: bool) -> None:
+        """Load from ``library``: the file, or the decrypted copy in memory."""
+        self.metadata = read_metadata(library, verify=verify)
         self.signature = ModelSignature.from_json(self.metadata["signature"])
         _check_runs_here(self.path, self.metadata["target"])
         self.device = DEVICES[self.metadata["target"].get("device", "cpu")]
@@ -47,7 +57,7 @@ class Model:
         except ArtifactError as err:
             raise ArtifactError(f"{self.path}: {err}") from None
         try:
-            self._lib = _load_by_content(ffi, self.path, self.metadata["hash"])
+            self._lib = _load_by_content(ffi, library, self.metadata["hash"])
             self._vm = self._lib["vm_load_executable"]()
         except Exception as err:
             raise ArtifactError(f"{self.path}: TVM runtime could not load it: {err}") from None
@@ -269,7 +279,7 @@ def _load_by_content(ffi, path: Path, digest: str):
         atexit.register(shutil.rmtree, _LINKS["dir"], ignore_errors=True)
     link = Path(_LINKS["dir"]) / f"{digest[:40]}.so"
     if not link.exists():
-        link.symlink_to(path.resolve())
+        link.symlink_to(path.absolute())  # not resolved: a decrypted model's /proc fd link
     try:
         return ffi.load_module(str(link))
     finally:

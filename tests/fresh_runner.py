@@ -166,5 +166,5 @@ class FreshModel:
 _CALLABLE = "<callable>"
 
 
-def load(path, verify: bool = True) -> FreshModel:
-    return FreshModel(path, verify=verify)
+def load(path, verify: bool = True, key_file=None) -> FreshModel:
+    return FreshModel(path, verify=verify, key_file=None if key_file is None else str(key_file))

@@ -13,7 +13,7 @@ from .core import DEFAULT_MAX_REQUEST_BYTES
 from .pipeline import PipelineConfig, Step
 from .repository import ModelConfig
 
-_MODEL_KEYS = {"path", "name", "version", "batching"}
+_MODEL_KEYS = {"path", "name", "version", "batching", "key_file"}
 _BATCH_KEYS = {"max_batch", "max_delay_ms", "queue_limit"}
 _TOP_KEYS = {"models", "pipelines", "max_request_bytes", "http_port", "grpc_port", "host",
              "batching"}
@@ -63,7 +63,8 @@ def read(path: str | Path, base: BatchSettings | None = None) -> ServeConfig:
             model_path = path.parent / model_path
         config.models.append(ModelConfig(
             model_path, str(entry.get("name", "")), str(entry.get("version", "1")),
-            _batching(entry.get("batching") or {}, defaults, f"{where}: batching")))
+            _batching(entry.get("batching") or {}, defaults, f"{where}: batching"),
+            path.parent / entry["key_file"] if entry.get("key_file") else None))
     for k, entry in enumerate(data.get("pipelines") or []):
         config.pipelines.append(_pipeline(entry, f"{path}: pipelines[{k}]"))
     return config

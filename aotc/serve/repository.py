@@ -23,6 +23,7 @@ class ModelConfig:
     name: str = ""
     version: str = "1"
     batching: BatchSettings = field(default_factory=BatchSettings)
+    key_file: Path | None = None  # an encrypted library's key
 
     @property
     def served_name(self) -> str:
@@ -68,7 +69,7 @@ class ServedModel:
         self.config = config
         self.name, self.version = config.served_name, config.version
         self.model = OnnxRuntimeModel(config.path) if config.path.suffix == ".onnx" \
-            else load(config.path)
+            else load(config.path, key_file=config.key_file)
         self.batcher = Batcher(self.name, self.model, config.batching, observe)
 
     def metadata(self) -> dict:

@@ -1,0 +1,109 @@
+"""Encrypted models (runtime/encrypted.py): written by ``aotc compile --encrypt-key-file``,
+run by the runtime and by ``aotc serve`` from memory only; a wrong key or a changed byte is
+refused before anything is loaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+
+import aotc
+from aotc.cli import main
+from aotc.errors import ArtifactError
+from aotc.runtime.encrypted import MAGIC
+
+pytest.importorskip("cryptography")
+
+
+@pytest.fixture(scope="module")
+def sealed(tiny_onnx, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("encrypted")
+    key = folder / "model.key"
+    assert CliRunner().invoke(main, ["keygen", str(key)]).exit_code == 0
+    result = CliRunner().invoke(main, ["compile", str(tiny_onnx), "-o", str(folder / "m.so"),
+                                       "--encrypt-key-file", str(key)])
+    assert result.exit_code == 0, result.output
+    return folder / "m.so", key
+
+
+def test_the_encrypted_library_runs_and_matches_onnxruntime(sealed, tiny_onnx):
+    so, key = sealed
+    data = so.read_bytes()
+    assert data.startswith(MAGIC) and b"\x7fELF" not in data[:64] and b"AOTC_META" not in data
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    model = aotc.load(so, key_file=key)  # in a fresh process (tests/fresh_runner.py)
+    x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want = ort.InferenceSession(str(tiny_onnx)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(model(x=x)["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_wrong_key_a_changed_byte_or_no_key_is_refused(sealed, tmp_path):
+    so, key = sealed
+    other = tmp_path / "other.key"
+    CliRunner().invoke(main, ["keygen", str(other)])
+    with pytest.raises(ArtifactError, match="cannot decrypt: wrong key, or the file was changed"):
+        aotc.load(so, key_file=other)
+    flipped = bytearray(so.read_bytes())
+    flipped[len(flipped) // 2] ^= 1
+    (tmp_path / "flipped.so").write_bytes(bytes(flipped))
+    with pytest.raises(ArtifactError, match="cannot decrypt: wrong key, or the file was changed"):
+        aotc.load(tmp_path / "flipped.so", key_file=key)
+    with pytest.raises(ArtifactError, match="the model is encrypted: give its key"):
+        aotc.load(so)
+    (tmp_path / "short.key").write_text("abcd\n")
+    with pytest.raises(ArtifactError, match="not a 256-bit key"):
+        aotc.load(so, key_file=tmp_path / "short.key")
+    assert CliRunner().invoke(main, ["keygen", str(key)]).exit_code == 1  # never overwritten
+
+
+def test_the_plaintext_is_only_in_memory(sealed, tmp_path):
+    """The process that loads it maps the library from an anonymous memory file, and no file
+    in its temp folder or beside the model holds the plaintext."""
+    so, key = sealed
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    script = f"""
+import os, sys, tempfile
+import aotc
+model = aotc.load({str(so)!r}, key_file={str(key)!r})
+maps = open("/proc/self/maps").read().splitlines()
+paths = [line.split(None, 5)[-1] for line in maps if len(line.split(None, 5)) == 6]
+libs = {{p for p in paths if p.startswith("/memfd:aotc:") or p == {str(so)!r}}}
+print(sorted(libs))
+for root, _, files in [*os.walk(tempfile.gettempdir()), *os.walk({str(so.parent)!r})]:
+    for name in files:
+        try:
+            with open(os.path.join(root, name), "rb") as f:
+                if b"AOTC_META_V1" in f.read():
+                    print("PLAINTEXT", os.path.join(root, name))
+        except OSError:
+            pass
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin", "TMPDIR": str(private_tmp)},
+                          cwd=so.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    mapped = eval(done.stdout.splitlines()[0])  # a printed list of strings
+    assert mapped and all(m.startswith("/memfd:aotc:") for m in mapped), mapped
+    assert "PLAINTEXT" not in done.stdout, done.stdout
+
+
+def test_aotc_serve_runs_an_encrypted_model(sealed, tiny_onnx):
+    from test_serve import Running, httpclient
+    so, key = sealed
+    running = Running([str(so), "--key-file", str(key), "--no-grpc"])
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.http}")
+        x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+        tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        want = ort.InferenceSession(str(tiny_onnx)).run(None, {"x": x})[0]
+        np.testing.assert_allclose(client.infer("m", [tensor]).as_numpy("y"), want,
+                                   rtol=1e-4, atol=1e-4)
+    finally:
+        assert running.stop() == 0
