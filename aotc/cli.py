@@ -489,8 +489,8 @@ def keygen_cmd(key_file):
               help="Open Inference Protocol over gRPC (default 8001).")
 @click.option("--no-grpc", is_flag=True, help="Serve HTTP only.")
 @click.option("--max-batch", type=click.IntRange(1), default=None,
-              help="Rows per model run for models with a symbolic batch dim (default 8; "
-                   "1: no batching).")
+              help="Rows per model run for models with a symbolic batch dim (default 1: "
+                   "no batching).")
 @click.option("--max-delay-ms", type=click.FloatRange(0), default=None,
               help="How long a request waits for others to batch with (default 2).")
 @click.option("--queue-limit", type=click.IntRange(1), default=None,

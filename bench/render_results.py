@@ -142,7 +142,7 @@ def serve_load_table(data: dict) -> list[str]:
              for s in data["steps"]]
     b = data["burst"]
     model = data["model"]["config"]
-    return [f"BERT-class encoder ({model['num_hidden_layers']} layers, "
+    return [f"Encoder ({model['num_hidden_layers']} layers, "
             f"{model['hidden_size']} wide), request lengths {data['model']['lengths'][0]}-"
             f"{data['model']['lengths'][1]}, buckets {data['model']['buckets']}; Poisson "
             f"arrivals, P99 SLO {data['slo_ms']:.0f} ms; client and server on the same cores.",
@@ -166,6 +166,7 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
                    contention_table),
     "contention_mobilenetv2": ("Shared CPUs: MobileNetV2 with more rounds", contention_table),
     "serve_load": ("Serving: dynamic batching under load", serve_load_table),
+    "serve_load_bert_base": ("Serving: BERT-base under load, short requests", serve_load_table),
 }
 
 

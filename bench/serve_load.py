@@ -1,7 +1,8 @@
 """Load test of ``aotc serve`` on loopback: a BERT-class encoder with variable-length requests,
 with and without dynamic batching, next to onnxruntime behind the same server.
 
-    python bench/serve_load.py [--rates 10,20,40,80,160] [--seconds 6] [--slo-ms 250]
+    python bench/serve_load.py [--model small|base] [--lengths 8,128] [--buckets 32,64,128]
+        [--rates 10,20,40,80,160] [--seconds 6] [--slo-ms 250]
         [--out bench/results/serve_load.json]
 
 Each configuration is a fresh ``aotc serve`` process. The client (one asyncio process,
@@ -10,8 +11,10 @@ arrivals for ``--seconds`` per step and rates from ``--rates``; every request's 
 status is recorded, and a step stops the sweep once its P99 passes the SLO. "Throughput at the
 SLO" is the highest completed-requests rate of a step whose P99 stayed within it. Last, a
 burst of 4x the best rate against a queue limit of 64 checks that everything past capacity is
-answered 503 and nothing is lost. Lengths are uniform in 8..128 tokens. Client and server
-share the machine's cores. Writes JSON and a plot."""
+answered 503 and nothing is lost. Lengths are uniform in ``--lengths``. ``--model small`` is a
+4-layer, 256-wide encoder (its weights fit in cache); ``base`` is BERT-base (12 layers, 768
+wide: 85M parameters, read once per run, so a batch shares that read). Client and server share
+the machine's cores. Writes JSON and a plot."""
 
 from __future__ import annotations
 
@@ -31,10 +34,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import host, versions  # noqa: E402
 
-CONFIG = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-          "intermediate_size": 1024, "vocab_size": 30522}
-BUCKETS = (32, 64, 128)
-LENGTHS = (8, 128)
+MODELS = {"small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+                    "intermediate_size": 1024, "vocab_size": 30522},
+          "base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                   "intermediate_size": 3072, "vocab_size": 30522}}
+VOCAB = 30522
 NAMES = ["input_ids", "attention_mask", "token_type_ids"]
 SETUPS = {  # name -> (library kind, serve flags)
     "aotc_batching": ("so", ["--max-batch", "16", "--max-delay-ms", "5"]),
@@ -72,10 +76,10 @@ class Server:
         self.proc.wait(60)
 
 
-def request_body(seed: int) -> tuple[bytes, str]:
+def request_body(seed: int, lengths: tuple[int, int]) -> tuple[bytes, str]:
     rng = np.random.default_rng(seed)
-    length = int(rng.integers(LENGTHS[0], LENGTHS[1] + 1))
-    arrays = {"input_ids": rng.integers(0, CONFIG["vocab_size"], (1, length)),
+    length = int(rng.integers(lengths[0], lengths[1] + 1))
+    arrays = {"input_ids": rng.integers(0, VOCAB, (1, length)),
               "attention_mask": np.ones((1, length), np.int64),
               "token_type_ids": np.zeros((1, length), np.int64)}
     blobs = [arrays[n].astype("<i8").tobytes() for n in NAMES]
@@ -86,13 +90,14 @@ def request_body(seed: int) -> tuple[bytes, str]:
     return header + b"".join(blobs), str(len(header))
 
 
-async def load_step(port: int, model: str, rate: float, seconds: float, seed: int) -> dict:
+async def load_step(port: int, model: str, rate: float, seconds: float, seed: int,
+                    lengths: tuple[int, int]) -> dict:
     """Poisson arrivals at ``rate`` for ``seconds``; every request awaited (bounded by count)."""
     import aiohttp
     rng = np.random.default_rng(seed)
     count = max(1, int(rate * seconds))
     gaps = rng.exponential(1 / rate, count)
-    bodies = [request_body(seed * 100_000 + k) for k in range(min(count, 512))]
+    bodies = [request_body(seed * 100_000 + k, lengths) for k in range(min(count, 512))]
     url = f"http://127.0.0.1:{port}/v2/models/{model}/infer"
     latencies, statuses = [], []
     connector = aiohttp.TCPConnector(limit=0)
@@ -124,13 +129,13 @@ async def load_step(port: int, model: str, rate: float, seconds: float, seed: in
             "p99_ms": float(np.percentile(ok, 99) * 1e3) if ok else None}
 
 
-def build(work: Path) -> dict[str, Path]:
+def build(work: Path, args) -> dict[str, Path]:
     import aotc
     from aotc.examples.dynamic_transformers import export
-    onnx_path = export("bert", work / "encoder.onnx", **CONFIG)
-    print("compiling the encoder with buckets", BUCKETS, flush=True)
+    onnx_path = export("bert", work / "encoder.onnx", **MODELS[args.model])
+    print("compiling the encoder with buckets", args.buckets, flush=True)
     aotc.compile(onnx_path, output=work / "encoder.so",
-                 options=aotc.CompileOptions(buckets={"seq": BUCKETS}))
+                 options=aotc.CompileOptions(buckets={"seq": tuple(args.buckets)}))
     return {"so": work / "encoder.so", "onnx": onnx_path}
 
 
@@ -139,7 +144,8 @@ def sweep(setup: str, model: Path, flags: list[str], args) -> list[dict]:
     steps = []
     try:
         for k, rate in enumerate(args.rates):
-            step = asyncio.run(load_step(server.port, "encoder", rate, args.seconds, seed=k + 1))
+            step = asyncio.run(load_step(server.port, "encoder", rate, args.seconds, k + 1,
+                                         args.lengths))
             step["setup"] = setup
             steps.append(step)
             print(f"{setup:26s} rate {rate:6.1f}/s: {step['throughput']:6.1f}/s done, "
@@ -155,7 +161,7 @@ def sweep(setup: str, model: Path, flags: list[str], args) -> list[dict]:
 def burst(model: Path, rate: float, args) -> dict:
     server = Server(model, ["--max-batch", "16", "--max-delay-ms", "5", "--queue-limit", "64"])
     try:
-        step = asyncio.run(load_step(server.port, "encoder", rate, 3.0, seed=99))
+        step = asyncio.run(load_step(server.port, "encoder", rate, 3.0, 99, args.lengths))
     finally:
         server.stop()
     step["setup"] = "aotc_batching_burst"
@@ -169,7 +175,7 @@ def at_slo(steps: list[dict], slo_ms: float) -> float:
                 and s["p99_ms"] <= slo_ms), default=0.0)
 
 
-def plot(steps: list[dict], slo_ms: float, path: Path) -> None:
+def plot(steps: list[dict], slo_ms: float, path: Path, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -182,7 +188,7 @@ def plot(steps: list[dict], slo_ms: float, path: Path) -> None:
     ax.set_xlabel("completed requests / s")
     ax.set_ylabel("P99 latency, ms")
     ax.set_yscale("log")
-    ax.set_title("BERT-class encoder, lengths 8-128, on loopback")
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -191,6 +197,11 @@ def plot(steps: list[dict], slo_ms: float, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=sorted(MODELS), default="small")
+    parser.add_argument("--lengths", default="8,128",
+                        type=lambda s: tuple(int(x) for x in s.split(",")))
+    parser.add_argument("--buckets", default="32,64,128",
+                        type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--rates", default="10,20,40,80,160,320",
                         type=lambda s: [float(x) for x in s.split(",")])
     parser.add_argument("--seconds", type=float, default=6.0)
@@ -199,7 +210,7 @@ def main() -> None:
     args = parser.parse_args()
     from aotc.atomic import write_bytes
     with tempfile.TemporaryDirectory(prefix="aotc-serve-load-") as tmp:
-        models = build(Path(tmp))
+        models = build(Path(tmp), args)
         steps = []
         for setup, (kind, flags) in SETUPS.items():
             steps += sweep(setup, models[kind], flags, args)
@@ -210,10 +221,14 @@ def main() -> None:
     out = Path(args.out)
     write_bytes(out, json.dumps({
         "host": host(), "versions": versions(), "command": " ".join(["python", *sys.argv]),
-        "model": {"config": CONFIG, "buckets": BUCKETS, "lengths": LENGTHS},
+        "model": {"config": MODELS[args.model], "buckets": args.buckets,
+                  "lengths": list(args.lengths)},
         "slo_ms": args.slo_ms, "throughput_at_slo": summary, "steps": steps,
         "burst": burst_step, "cores": os.cpu_count()}, indent=1).encode())
-    plot(steps, args.slo_ms, out.with_suffix(".png"))
+    config = MODELS[args.model]
+    plot(steps, args.slo_ms, out.with_suffix(".png"),
+         f"Encoder {config['num_hidden_layers']}x{config['hidden_size']}, lengths "
+         f"{args.lengths[0]}-{args.lengths[1]}, on loopback")
     print(json.dumps(summary, indent=1))
     print(f"wrote {out} and {out.with_suffix('.png')}")
 

@@ -41,10 +41,12 @@ class ShuttingDown(Overloaded):
 
 @dataclass(frozen=True)
 class BatchSettings:
-    """``max_batch``: rows (along the batch dim) per run; 1 runs request by request.
+    """``max_batch``: rows (along the batch dim) per run; 1 (the default) runs request by
+    request: on CPUs, batched runs of aotc's libraries have measured slower per request than
+    single ones (docs/results.md, "Serving"), so batching is opt-in.
     ``max_delay_ms``: how long the first request of a batch waits for company.
     ``queue_limit``: requests waiting at most; more are refused with 503."""
-    max_batch: int = 8
+    max_batch: int = 1
     max_delay_ms: float = 2.0
     queue_limit: int = 256
 
