@@ -81,12 +81,13 @@ def encrypt(plain: bytes, key: bytes) -> bytes:
 
 
 def decrypt(sealed: bytes, key: bytes, name: str) -> bytes:
+    cipher = _aesgcm(key)  # first: it says clearly when cryptography is missing
     from cryptography.exceptions import InvalidTag
     if not sealed.startswith(MAGIC) or len(sealed) < len(MAGIC) + NONCE_BYTES + 16:
         raise ArtifactError(f"{name}: not an encrypted aotc model")
     nonce = sealed[len(MAGIC):len(MAGIC) + NONCE_BYTES]
     try:
-        return _aesgcm(key).decrypt(nonce, sealed[len(MAGIC) + NONCE_BYTES:], MAGIC)
+        return cipher.decrypt(nonce, sealed[len(MAGIC) + NONCE_BYTES:], MAGIC)
     except InvalidTag:
         raise ArtifactError(f"{name}: cannot decrypt: wrong key, or the file was changed") \
             from None

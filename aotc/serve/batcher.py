@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aotc.errors import InputMismatchError
 from aotc.runtime.model import check_inputs, crop_to, pad_to
 from aotc.runtime.signature import ModelSignature
 
@@ -260,7 +259,3 @@ class Batcher:
             answers.append(part)
             row += request.rows
         return answers
-
-
-def is_client_error(err: BaseException) -> bool:
-    return isinstance(err, InputMismatchError)

@@ -12,7 +12,7 @@ from aotc.errors import InputMismatchError
 from .batcher import Overloaded
 from .metrics import Metrics
 from .repository import ModelConfig, ModelNotFound, Repository
-from .tensors import BadRequest
+from .tensors import BadRequest, PayloadTooLarge
 
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20
 
@@ -81,7 +81,6 @@ def classify(err: BaseException) -> tuple[str, int, int]:
         return "overloaded", 503, err.retry_after_s
     if isinstance(err, ModelNotFound):
         return "not_found", 404, 0
-    from .http_app import PayloadTooLarge
     if isinstance(err, PayloadTooLarge):
         return "too_large", 413, 0
     if isinstance(err, (BadRequest, InputMismatchError)):

@@ -14,7 +14,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .core import Server, classify
-from .tensors import BadRequest, datatype_of, from_bytes, from_json, to_bytes, to_json_data
+from .tensors import (
+    BadRequest,
+    PayloadTooLarge,
+    datatype_of,
+    from_bytes,
+    from_json,
+    to_bytes,
+    to_json_data,
+)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -76,10 +84,6 @@ def app(server: Server) -> Starlette:
         routes += [Route(prefix, model_metadata), Route(prefix + "/ready", model_ready),
                    Route(prefix + "/infer", infer, methods=["POST"])]
     return Starlette(routes=routes)
-
-
-class PayloadTooLarge(BadRequest):
-    """Answered 413."""
 
 
 async def _body(request: Request, limit: int) -> bytes:

@@ -29,6 +29,10 @@ class BadRequest(InputMismatchError):
     """The request itself is malformed (answered 400, like a signature mismatch)."""
 
 
+class PayloadTooLarge(BadRequest):
+    """The request body is over the server's limit (answered 413)."""
+
+
 def numpy_dtype(datatype: str, name: str) -> np.dtype:
     if datatype not in DATATYPES:
         raise BadRequest(f"input {name!r}: datatype {datatype!r} is not one of "
