@@ -555,12 +555,15 @@ def targets_cmd():
               help="New folder for the bundle.")
 @click.option("--farm-server", is_flag=True,
               help="Also bin/aotc-rpc-server: the target machine can then serve a tuning farm.")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False),
+              help="An encrypted model's key, to read its metadata (the bundle keeps the "
+                   "model encrypted and holds no key).")
 @_guard
-def package_cmd(artifact, output, farm_server):
+def package_cmd(artifact, output, farm_server, key_file):
     """Bundle a compiled model with the C++ runner and the TVM runtime for its architecture,
     to run on a machine without Python (bin/aotc-run)."""
     from aotc.package import package
-    bundle = package(artifact, output, farm_server=farm_server)
+    bundle = package(artifact, output, farm_server=farm_server, key_file=key_file)
     click.echo(f"wrote {bundle.folder} ({bundle.arch}): "
                f"runtime {bundle.runtime_bytes / 1e6:.1f} MB "
                f"+ model {bundle.model_bytes / 1e6:.1f} MB")

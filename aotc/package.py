@@ -22,6 +22,7 @@ from pathlib import Path
 
 from aotc import cpp_runner, runtime_libs
 from aotc.errors import AotcError
+from aotc.runtime import encrypted
 from aotc.runtime.artifact import read_metadata
 
 BUNDLE_RPATH = "$ORIGIN/../lib"
@@ -37,11 +38,14 @@ class Bundle:
     model_bytes: int
 
 
-def package(model: str | Path, output: str | Path, farm_server: bool = False) -> Bundle:
+def package(model: str | Path, output: str | Path, farm_server: bool = False,
+            key_file: str | Path | None = None) -> Bundle:
     """Write the bundle; with ``farm_server``, also the RPC server that makes the target
-    machine a tuning-farm device (1.4 MB more)."""
+    machine a tuning-farm device (1.4 MB more). An encrypted model is copied encrypted; its
+    key (``key_file``, or the AOTC_MODEL_KEY variables) is needed here only to read its
+    metadata, and is not put in the bundle."""
     model, out = Path(model), Path(output)
-    meta = read_metadata(model)  # refuses a corrupt or foreign file before any work
+    meta = _metadata(model, key_file)  # refuses a corrupt or foreign file before any work
     arch = meta["target"].get("arch", "x86_64")
     if out.exists() and any(out.iterdir()):
         raise AotcError(f"{out}: exists and is not empty; give a new folder")
@@ -61,14 +65,25 @@ def package(model: str | Path, output: str | Path, farm_server: bool = False) ->
     shutil.copytree(libs.include / "dlpack", out / "include" / "dlpack")
     shutil.copytree(cpp_runner.SOURCE / "include" / "aotc", out / "include" / "aotc")
     shutil.copy2(model, out / "model" / model.name)
-    (out / "README.md").write_text(_readme(model.name, meta, arch, farm_server))
+    (out / "README.md").write_text(_readme(model.name, meta, arch, farm_server,
+                                           encrypted.is_encrypted(model)))
     model_bytes = model.stat().st_size
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return Bundle(out, out / "bin" / "aotc-run", out / "model" / model.name, arch,
                   total - model_bytes, model_bytes)
 
 
-def _readme(name: str, meta: dict, arch: str, farm_server: bool) -> str:
+def _metadata(model: Path, key_file: str | Path | None) -> dict:
+    if not encrypted.is_encrypted(model):
+        return read_metadata(model)
+    memory = encrypted.open_encrypted(model, key_file)
+    try:
+        return read_metadata(memory.path)
+    finally:
+        memory.close()
+
+
+def _readme(name: str, meta: dict, arch: str, farm_server: bool, sealed: bool) -> str:
     inputs = "\n".join(f"- `{t['name']}`: {t['dtype']}{t['shape']}"
                        for t in meta["signature"]["inputs"])
     first = meta["signature"]["inputs"][0]["name"] if meta["signature"]["inputs"] else "x"
@@ -80,7 +95,7 @@ Runs without Python: copy this folder to a {arch} Linux machine (glibc 2.28 or n
 
 prints each output and latency percentiles; `--output-dir` writes `<output name>.npy`. Inputs
 not given are random. The model's hash is checked before it is loaded.
-
+""" + (_ENCRYPTED_README if sealed else "") + f"""
 Inputs:
 {inputs}
 
@@ -96,6 +111,12 @@ Inputs:
 (`libtvm_runtime` must stay linked: it registers the virtual machine the model runs on.)
 """ + (_FARM_README if farm_server else "")
 
+
+_ENCRYPTED_README = """
+The model is encrypted (AES-256-GCM): give its key with `--key-file KEY`, `AOTC_MODEL_KEY`
+(64 hex digits) or `AOTC_MODEL_KEY_FILE`. It is decrypted into memory, never to disk; this
+needs OpenSSL's libcrypto (libcrypto.so.3 or .so.1.1) on the machine.
+"""
 
 _FARM_README = """
 ## As a device of a tuning farm

@@ -4,8 +4,10 @@ refused before anything is loaded."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -13,8 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 import aotc
+from aotc import cpp_runner
 from aotc.cli import main
 from aotc.errors import ArtifactError
+from aotc.package import package
 from aotc.runtime.encrypted import MAGIC
 
 pytest.importorskip("cryptography")
@@ -107,3 +111,104 @@ def test_aotc_serve_runs_an_encrypted_model(sealed, tiny_onnx):
                                    rtol=1e-4, atol=1e-4)
     finally:
         assert running.stop() == 0
+
+
+needs_cpp = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None,
+                               reason="cmake and g++ build the C++ runner (.ci/run installs them)")
+
+
+def _run(cmd, env: dict, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", **env}, cwd=cwd, check=False)
+
+
+@needs_cpp
+def test_the_cpp_runner_decrypts_into_memory_with_the_key_from_each_source(sealed, tmp_path):
+    """aotc-run takes the key from --key-file, AOTC_MODEL_KEY or AOTC_MODEL_KEY_FILE; outputs
+    are bit-equal to the Python runtime's; nothing is left in its temp folder."""
+    so, key = sealed
+    runner = cpp_runner.build()
+    x = np.random.default_rng(2).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = aotc.load(so, key_file=key)(x=x)["y"]
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    sources = {"flag": (["--key-file", key], {}),
+               "hex": ([], {"AOTC_MODEL_KEY": key.read_text().strip()}),
+               "file": ([], {"AOTC_MODEL_KEY_FILE": str(key)})}
+    for name, (flags, env) in sources.items():
+        out = tmp_path / name
+        done = _run([runner, so, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", out,
+                     *flags], {"TMPDIR": str(private_tmp), **env})
+        assert done.returncode == 0, (name, done.stderr)
+        assert np.array_equal(np.load(out / "y.npy"), want), name
+    assert not list(private_tmp.iterdir())
+
+
+@needs_cpp
+def test_the_cpp_runner_refuses_a_wrong_key_a_changed_byte_or_no_key(sealed, tmp_path):
+    so, key = sealed
+    runner = cpp_runner.build()
+    other = tmp_path / "other.key"
+    CliRunner().invoke(main, ["keygen", str(other)])
+    flipped = bytearray(so.read_bytes())
+    flipped[len(flipped) // 3] ^= 1
+    (tmp_path / "flipped.so").write_bytes(bytes(flipped))
+    (tmp_path / "short.key").write_text("abcd\n")
+    cases = [([so, "--key-file", other], {}, "cannot decrypt: wrong key, or the file was changed"),
+             ([tmp_path / "flipped.so", "--key-file", key], {},
+              "cannot decrypt: wrong key, or the file was changed"),
+             ([so], {}, "the model is encrypted: give its key"),
+             ([so, "--key-file", tmp_path / "short.key"], {}, "not a 256-bit key"),
+             ([so], {"AOTC_MODEL_KEY": "00" * 31}, "AOTC_MODEL_KEY: not a 256-bit key"),
+             ([so, "--key-file", tmp_path / "none.key"], {}, "cannot read the key file")]
+    for args, env, message in cases:
+        done = _run([runner, *args], env)
+        assert done.returncode == 1 and message in done.stderr, (args, env, done.stderr)
+        assert done.stderr.startswith("aotc-run: "), done.stderr
+
+
+@needs_cpp
+def test_a_cpp_application_maps_the_encrypted_bundle_model_only_from_memory(sealed, tmp_path):
+    """The bundle ships the model encrypted and no key; an application built against it loads
+    the model with its key, and every file it maps that holds aotc metadata is a memory file."""
+    from test_cpp_runtime import build_against_bundle
+    so, key = sealed
+    bundle = package(so, tmp_path / "bundle", key_file=key)
+    assert bundle.model.read_bytes() == so.read_bytes()
+    assert "The model is encrypted" in (bundle.folder / "README.md").read_text()
+    assert not [p for p in bundle.folder.rglob("*") if p.is_file() and
+                key.read_bytes().strip() in p.read_bytes()]
+    app = tmp_path / "app.cc"
+    app.write_text("""
+#include <aotc/model.h>
+#include <cstdio>
+#include <fstream>
+#include <string>
+int main(int, char** argv) {
+  aotc::Model model(argv[1], true, argv[2]);
+  auto x = aotc::Empty({1, 8, 12, 12}, DLDataType{kDLFloat, 32, 1});
+  for (int i = 0; i < 8 * 12 * 12; ++i) static_cast<float*>(x.data_ptr())[i] = 0.25f;
+  aotc::WriteNpy(argv[3], model.Run({x})[0]);
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    size_t slash = line.find('/');
+    if (slash != std::string::npos) std::printf("%s\\n", line.substr(slash).c_str());
+  }
+}
+""")
+    binary = build_against_bundle(app, bundle)
+    done = _run([binary, bundle.model, key, tmp_path / "y.npy"], {"TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = aotc.load(so, key_file=key)
+    want = model.run({"x": np.full((1, 8, 12, 12), 0.25, np.float32)})["y"]
+    assert np.array_equal(np.load(tmp_path / "y.npy"), want)
+    plaintext_marker = f"AOTC_META_V1:{model.metadata['hash']}".encode()
+    mapped = set(done.stdout.splitlines())
+    assert any(p.startswith("/memfd:aotc:m.so") for p in mapped), mapped
+    for path in mapped:
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            continue
+        assert plaintext_marker not in data, path

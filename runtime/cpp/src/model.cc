@@ -6,6 +6,7 @@
 #include <map>
 
 #include "aotc/model.h"
+#include "encrypted.h"
 #include "threads.h"
 
 namespace aotc {
@@ -103,11 +104,13 @@ static DLDevice DeviceOf(const Metadata& meta, const std::string& path) {
   return DLDevice{found->second.type, 0};
 }
 
-static ffi::Module LoadLibrary(const Metadata& meta, const std::string& path) {
+static ffi::Module LoadLibrary(const Metadata& meta, const std::string& path,
+                               const InMemoryLibrary* memory) {
   if (meta.arch != kArch) {
     throw Error(path + ": built for " + meta.arch + " (target " + meta.target_name +
                 "); this runner runs on " + kArch);
   }
+  if (memory != nullptr) return memory->Load(meta.hash);
   // dlopen searches the library path for a name without a slash: "model.so" must mean the
   // file in the current folder, as it does for every other tool.
   std::string file = path.find('/') == std::string::npos ? "./" + path : path;
@@ -132,12 +135,21 @@ static ffi::Module StartVM(const ffi::Module& lib, DLDevice device, const std::s
   return vm;
 }
 
-Model::Model(const std::string& path, bool verify)
-    : meta_((SetDefaultThreadCount(), ReadMetadata(path, verify))),
+static std::shared_ptr<InMemoryLibrary> Decrypted(const std::string& path,
+                                                  const std::string& key_file) {
+  SetDefaultThreadCount();
+  return IsEncrypted(path) ? std::make_shared<InMemoryLibrary>(path, key_file) : nullptr;
+}
+
+Model::Model(const std::string& path, bool verify, const std::string& key_file)
+    : memory_(Decrypted(path, key_file)),
+      meta_(memory_ ? ParseMetadata(memory_->bytes(), verify, path) : ReadMetadata(path, verify)),
       device_(DeviceOf(meta_, path)),
-      lib_(LoadLibrary(meta_, path)),
+      lib_(LoadLibrary(meta_, path, memory_.get())),
       vm_(StartVM(lib_, device_, path)),
-      main_(Get(vm_, "main", path)) {}
+      main_(Get(vm_, "main", path)) {
+  memory_.reset();  // the loaded library stays mapped; the memory file is closed
+}
 
 void Model::CheckInputs(const std::vector<ffi::Tensor>& inputs) const {
   if (inputs.size() != meta_.inputs.size()) {

@@ -1,5 +1,7 @@
 // aotc-run: run an aotc model without Python. Same flags as `aotc run`, plus timing:
 //   aotc-run model.so [--input NAME=FILE.npy ...] [--output-dir DIR] [--runs N] [--warmup N]
+//            [--key-file KEY] [--no-verify]
+// An encrypted model takes its key from --key-file, AOTC_MODEL_KEY or AOTC_MODEL_KEY_FILE.
 // Inputs not given are random (floats normal, integers in [0, 2), symbolic dims 1).
 #include <algorithm>
 #include <chrono>
@@ -25,11 +27,12 @@ struct Options {
   int runs = 1;
   int warmup = 0;
   bool verify = true;
+  std::string key_file;
 };
 
 [[noreturn]] void Usage(const std::string& problem) {
   std::cerr << "aotc-run: " << problem << "\nusage: aotc-run MODEL.so [--input NAME=FILE.npy ...] "
-               "[--output-dir DIR] [--runs N] [--warmup N] [--no-verify]\n";
+               "[--output-dir DIR] [--runs N] [--warmup N] [--key-file KEY] [--no-verify]\n";
   std::exit(2);
 }
 
@@ -59,6 +62,8 @@ Options Parse(int argc, char** argv) {
       opt.runs = std::max(1, Count(value(), "--runs"));
     } else if (arg == "--warmup") {
       opt.warmup = Count(value(), "--warmup");
+    } else if (arg == "--key-file") {
+      opt.key_file = value();
     } else if (arg == "--no-verify") {
       opt.verify = false;
     } else if (arg == "-h" || arg == "--help") {
@@ -180,7 +185,7 @@ int main(int argc, char** argv) {
   Options opt = Parse(argc, argv);
   try {
     auto start = Clock::now();
-    aotc::Model model(opt.model, opt.verify);
+    aotc::Model model(opt.model, opt.verify, opt.key_file);
     std::printf("loaded %s (target %s) in %.1f ms\n", opt.model.c_str(),
                 model.metadata().target_name.c_str(), Ms(start));
     std::vector<ffi::Tensor> inputs = Inputs(model.metadata(), opt);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,21 +49,29 @@ struct Metadata {
 };
 
 // Reads (and with `verify`, checks the hash of) the metadata of an aotc .so without loading it.
-Metadata ReadMetadata(const std::string& path, bool verify = true);
+// An encrypted model is decrypted in memory first (its key: see Model).
+Metadata ReadMetadata(const std::string& path, bool verify = true,
+                      const std::string& key_file = "");
 
 // A new CPU tensor, 64-byte aligned (TVM's kernels assume it), contents uninitialized.
 tvm::ffi::Tensor Empty(const std::vector<int64_t>& shape, DLDataType dtype);
 std::string DTypeName(DLDataType dtype);
 
+class InMemoryLibrary;
+
 class Model {
  public:
-  explicit Model(const std::string& path, bool verify = true);
+  // An encrypted model (aotc compile --encrypt-key-file) is decrypted into memory, never to
+  // disk; its key comes from `key_file` (32 raw bytes or 64 hex digits) if given, else from
+  // AOTC_MODEL_KEY (hex) or AOTC_MODEL_KEY_FILE. A wrong key or a changed byte is refused.
+  explicit Model(const std::string& path, bool verify = true, const std::string& key_file = "");
   const Metadata& metadata() const { return meta_; }
   // Inputs in signature order; shapes and dtypes are checked against the signature first.
   std::vector<tvm::ffi::Tensor> Run(const std::vector<tvm::ffi::Tensor>& inputs);
 
  private:
   void CheckInputs(const std::vector<tvm::ffi::Tensor>& inputs) const;
+  std::shared_ptr<InMemoryLibrary> memory_;  // an encrypted model's plaintext, while loading
   Metadata meta_;
   DLDevice device_;   // where the VM runs; inputs and outputs are copied when not the CPU
   tvm::ffi::Module lib_;
