@@ -498,9 +498,22 @@ def keygen_cmd(key_file):
 @click.option("--access-log", is_flag=True, help="One JSON line per request on stderr.")
 @click.option("--key-file", type=click.Path(exists=True, dir_okay=False),
               help="Key of encrypted models (also AOTC_MODEL_KEY / AOTC_MODEL_KEY_FILE).")
+@click.option("--ray", "on_ray", is_flag=True,
+              help="Deploy on Ray Serve instead (HTTP only): a deployment per model with "
+                   "its replicas or autoscaling from the config's 'ray:' settings.")
+@click.option("--ray-address", default=None,
+              help="With --ray: the cluster to join (default: start one on this machine).")
+@click.option("--ray-cpus", type=click.IntRange(1), default=None,
+              help="With --ray and no --ray-address: logical cores of the cluster started "
+                   "here (default: this machine's cores).")
+@click.option("--replicas", type=click.IntRange(1), default=None,
+              help="With --ray: replicas of each model given on the command line.")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="With --ray: cores each replica reserves and runs on (default 1).")
 @_guard
 def serve_cmd(models, config_path, host, http_port, grpc_port, no_grpc, max_batch,
-              max_delay_ms, queue_limit, access_log, key_file):
+              max_delay_ms, queue_limit, access_log, key_file, on_ray, ray_address, ray_cpus,
+              replicas, threads):
     """Serve compiled models over the Open Inference Protocol (KServe v2), HTTP and gRPC,
     with dynamic batching and Prometheus metrics at /metrics. Stops on SIGTERM/SIGINT after
     answering every request it has received."""
@@ -510,8 +523,14 @@ def serve_cmd(models, config_path, host, http_port, grpc_port, no_grpc, max_batc
     flags = {k: v for k, v in (("max_batch", max_batch), ("max_delay_ms", max_delay_ms),
                                ("queue_limit", queue_limit)) if v is not None}
     base = serve.BatchSettings(**flags)
+    if not on_ray and (ray_address or ray_cpus or replicas or threads):
+        raise click.UsageError("--ray-address, --ray-cpus, --replicas and --threads go with "
+                               "--ray")
+    if on_ray and grpc_port is not None:
+        raise click.UsageError("--ray serves HTTP only (Ray's proxy); drop --grpc-port")
     config = serve_config.read(config_path, base) if config_path else serve.ServeConfig()
-    config.models += [serve.ModelConfig(Path(m), batching=base) for m in models]
+    ray = serve.RaySettings(replicas or 1, threads or 1)
+    config.models += [serve.ModelConfig(Path(m), batching=base, ray=ray) for m in models]
     if key_file:
         config.models = [m if m.key_file else dataclasses.replace(m, key_file=Path(key_file))
                          for m in config.models]
@@ -523,6 +542,10 @@ def serve_cmd(models, config_path, host, http_port, grpc_port, no_grpc, max_batc
                                              else config.grpc_port)
     if access_log:
         log_to_stderr()
+    if on_ray:
+        from aotc.serve.ray_app import serve_on_ray
+        serve_on_ray(config, ray_address, ray_cpus)
+        return
     serve.serve(config)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,25 +43,29 @@ def batched_cnn() -> onnx.ModelProto:
     return model
 
 
-@pytest.fixture(scope="module")
-def cnn(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("serve_cnn")
+def compile_cnn(folder: Path) -> tuple[Path, Path]:
     onnx.save(batched_cnn(), folder / "cnn.onnx")
     aotc.compile(folder / "cnn.onnx", output=folder / "cnn.so")
     return folder / "cnn.onnx", folder / "cnn.so"
 
 
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    return compile_cnn(tmp_path_factory.mktemp("serve_cnn"))
+
+
 class Running:
     """An ``aotc serve`` process; ``stop()`` sends SIGTERM and returns its exit code."""
 
-    def __init__(self, args: list[str], env: dict | None = None):
+    def __init__(self, args: list[str], env: dict | None = None, grpc: bool = True,
+                 ready_s: float = 120):
         self.http, self.grpc = free_port(), free_port()
+        ports = ["--http-port", str(self.http)] + (["--grpc-port", str(self.grpc)] if grpc else [])
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from aotc.cli import main; main()", "serve", *args,
-             "--http-port", str(self.http), "--grpc-port", str(self.grpc)],
+            [sys.executable, "-c", "from aotc.cli import main; main()", "serve", *args, *ports],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})})
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + ready_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"aotc serve exited {self.proc.returncode}: "
@@ -68,10 +73,20 @@ class Running:
             try:
                 if urllib.request.urlopen(self.url("/v2/health/ready"), timeout=1).status == 200:
                     return
-            except (urllib.error.URLError, ConnectionError):
+            except OSError:  # not listening, not ready (503), or not answering yet
                 time.sleep(0.1)
         self.proc.kill()
-        raise AssertionError("aotc serve did not become ready in 120 s")
+        raise AssertionError(f"aotc serve did not become ready in {ready_s:.0f} s: "
+                             f"{self.proc.stderr.read()[-3000:]}")
+
+    def stderr_until(self, text: str) -> str:
+        """What the server wrote on stderr up to the first line holding ``text``."""
+        lines = []
+        for line in self.proc.stderr:
+            lines.append(line)
+            if text in line:
+                break
+        return "".join(lines)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.http}{path}"
@@ -308,6 +323,33 @@ def test_a_bad_config_is_a_clear_error(tmp_path, cnn):
     done = subprocess.run([sys.executable, "-c", "from aotc.cli import main; main()", "serve",
                            "--config", str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "unknown key(s) ['max_bacth']" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("ray, message", [
+    ("{replicas: 2, autoscaling: {max_replicas: 3}}", "give 'replicas' or 'autoscaling'"),
+    ("{replica: 2}", "unknown key(s) ['replica']"),
+    ("{threads: 0}", "ray settings out of range"),
+    ("{autoscaling: 3}", "autoscaling must be a mapping"),
+])
+def test_ray_settings_in_a_config_are_checked(tmp_path, cnn, ray, message):
+    from aotc.errors import AotcError
+    from aotc.serve import config as serve_config
+    path = tmp_path / "serve.yaml"
+    path.write_text(f"models:\n  - path: {cnn[1]}\n    ray: {ray}\n")
+    with pytest.raises(AotcError, match=re.escape(message)):
+        serve_config.read(path)
+    path.write_text(f"models:\n  - path: {cnn[1]}\n    ray: {{autoscaling: {{min_replicas: 2,"
+                    " max_replicas: 4}, threads: 2}\n")
+    settings = serve_config.read(path).models[0].ray
+    assert settings.describe() == "autoscaling 2-4 replicas, 2 threads each"
+
+
+def test_ray_flags_need_ray(cnn):
+    from click.testing import CliRunner
+
+    from aotc.cli import main
+    result = CliRunner().invoke(main, ["serve", "--replicas", "2", str(cnn[1])])
+    assert result.exit_code == 2 and "go with --ray" in result.output, result.output
 
 
 def test_batch_plans_follow_the_signature():

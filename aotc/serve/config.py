@@ -11,9 +11,10 @@ from aotc.errors import AotcError
 from .batcher import BatchSettings
 from .core import DEFAULT_MAX_REQUEST_BYTES
 from .pipeline import PipelineConfig, Step
-from .repository import ModelConfig
+from .repository import ModelConfig, RaySettings
 
-_MODEL_KEYS = {"path", "name", "version", "batching", "key_file"}
+_MODEL_KEYS = {"path", "name", "version", "batching", "key_file", "ray"}
+_RAY_KEYS = {"replicas", "threads", "autoscaling"}
 _BATCH_KEYS = {"max_batch", "max_delay_ms", "queue_limit"}
 _TOP_KEYS = {"models", "pipelines", "max_request_bytes", "http_port", "grpc_port", "host",
              "batching"}
@@ -64,7 +65,8 @@ def read(path: str | Path, base: BatchSettings | None = None) -> ServeConfig:
         config.models.append(ModelConfig(
             model_path, str(entry.get("name", "")), str(entry.get("version", "1")),
             _batching(entry.get("batching") or {}, defaults, f"{where}: batching"),
-            path.parent / entry["key_file"] if entry.get("key_file") else None))
+            path.parent / entry["key_file"] if entry.get("key_file") else None,
+            _ray(entry.get("ray") or {}, f"{where}: ray")))
     for k, entry in enumerate(data.get("pipelines") or []):
         config.pipelines.append(_pipeline(entry, f"{path}: pipelines[{k}]"))
     return config
@@ -110,6 +112,23 @@ def _batching(data: dict, base: BatchSettings, where: str) -> BatchSettings:
         return BatchSettings(int(data.get("max_batch", base.max_batch)),
                              float(data.get("max_delay_ms", base.max_delay_ms)),
                              int(data.get("queue_limit", base.queue_limit)))
+    except (TypeError, ValueError) as err:
+        raise AotcError(f"{where}: {err}") from None
+
+
+def _ray(data: dict, where: str) -> RaySettings:
+    if not isinstance(data, dict):
+        raise AotcError(f"{where}: must be a mapping of {sorted(_RAY_KEYS)}")
+    _only(data, _RAY_KEYS, where)
+    scaling = data.get("autoscaling") or {}
+    if not isinstance(scaling, dict):
+        raise AotcError(f"{where}: autoscaling must be a mapping (min_replicas, max_replicas, "
+                        "target_ongoing_requests, ...)")
+    if scaling and "replicas" in data:
+        raise AotcError(f"{where}: give 'replicas' or 'autoscaling', not both")
+    try:
+        return RaySettings(int(data.get("replicas", 1)), int(data.get("threads", 1)),
+                           tuple(sorted(scaling.items())))
     except (TypeError, ValueError) as err:
         raise AotcError(f"{where}: {err}") from None
 

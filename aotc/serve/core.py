@@ -11,7 +11,7 @@ from aotc.errors import InputMismatchError
 
 from .batcher import Overloaded
 from .metrics import Metrics
-from .repository import ModelConfig, ModelNotFound, Repository
+from .repository import ModelConfig, ModelNotFound, Repository, ServedModel
 from .tensors import BadRequest, PayloadTooLarge
 
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20
@@ -21,9 +21,11 @@ class Server:
     """The served models and their state; the front ends call ``infer``."""
 
     def __init__(self, models: list[ModelConfig],
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, pipelines=()):
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, pipelines=(),
+                 make_model=ServedModel):
         self.metrics = Metrics()
-        self.repository = Repository(models, self._observe, pipelines, self._observe_stage)
+        self.repository = Repository(models, self._observe, pipelines, self._observe_stage,
+                                     make_model)
         self.max_request_bytes = max_request_bytes
         self.ready = False
 
@@ -37,14 +39,16 @@ class Server:
     def start(self) -> None:
         """Start the batchers (inside the running event loop)."""
         for served in self.repository.models.values():
-            served.batcher.start()
+            if served.batcher is not None:
+                served.batcher.start()
         self.ready = True
 
     async def drain(self) -> None:
         """Stop taking requests and answer every queued one."""
         self.ready = False
         for served in self.repository.models.values():
-            await served.batcher.close()
+            if served.batcher is not None:
+                await served.batcher.close()
 
     def metadata(self) -> dict:
         try:

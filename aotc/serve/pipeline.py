@@ -92,7 +92,7 @@ class ServedPipeline:
         if served is None:
             raise AotcError(f"{where}: step {step.name!r} runs model {step.model!r}, which "
                             f"is not served (models: {sorted(self._models)})")
-        signature = served.model.signature
+        signature = served.signature
         wanted, given = set(signature.input_names()), set(step.inputs)
         if wanted != given:
             raise AotcError(f"{where}: step {step.name!r} maps inputs {sorted(given)}; model "
@@ -125,7 +125,7 @@ class ServedPipeline:
         for step in self.config.steps:
             if step.model is None:
                 continue
-            signature = self._models[step.model].model.signature
+            signature = self._models[step.model].signature
             pairs = step.inputs.items() if reading else step.outputs.items()
             specs = signature.inputs if reading else signature.outputs
             for port, name in pairs:
@@ -171,7 +171,7 @@ class ServedPipeline:
         first = set(step.inputs.values()) <= set(self.config.inputs)
         try:
             if step.model is not None:
-                outputs = await self._models[step.model].batcher.infer(args)
+                outputs = await self._models[step.model].infer(args)
             else:
                 loop = asyncio.get_running_loop()
                 outputs = await loop.run_in_executor(

@@ -16,14 +16,37 @@ class ModelNotFound(AotcError):
 
 
 @dataclass(frozen=True)
+class RaySettings:
+    """How ``aotc serve --ray`` deploys a model: ``replicas``, or ``autoscaling`` (Ray Serve's
+    autoscaling config: min_replicas, max_replicas, target_ongoing_requests, ...), and the
+    cores (``threads``) each replica reserves and runs on."""
+    replicas: int = 1
+    threads: int = 1
+    autoscaling: tuple = ()  # (key, value) pairs, frozen
+
+    def __post_init__(self):
+        if self.replicas < 1 or self.threads < 1:
+            raise ValueError(f"ray settings out of range: {self}")
+
+    def describe(self) -> str:
+        threads = f"{self.threads} thread{'s' if self.threads > 1 else ''} each"
+        if self.autoscaling:
+            scale = dict(self.autoscaling)
+            return (f"autoscaling {scale.get('min_replicas', 1)}-"
+                    f"{scale.get('max_replicas', 1)} replicas, {threads}")
+        return f"{self.replicas} replica{'s' if self.replicas > 1 else ''}, {threads}"
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """One served model: ``name`` (default: the file's stem), ``version`` (the protocol's
-    version string) and its batching settings."""
+    version string), its batching settings and, under ``--ray``, its deployment settings."""
     path: Path
     name: str = ""
     version: str = "1"
     batching: BatchSettings = field(default_factory=BatchSettings)
     key_file: Path | None = None  # an encrypted library's key
+    ray: RaySettings = field(default_factory=RaySettings)
 
     @property
     def served_name(self) -> str:
@@ -63,6 +86,32 @@ class OnnxRuntimeModel:
         return dict(zip(names, self.session.run(None, inputs)))
 
 
+def model_metadata(name: str, version: str, signature, platform: str) -> dict:
+    """The protocol's model metadata: a symbolic dim is -1."""
+    def tensors(specs):
+        return [{"name": s.name, "datatype": datatype_of(s.dtype),
+                 "shape": [d if isinstance(d, int) else -1 for d in s.shape]}
+                for s in specs]
+    return {"name": name, "versions": [version], "platform": platform,
+            "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
+
+
+def signature_of(config: ModelConfig) -> tuple:
+    """(signature, platform) of a served model's file, without loading a library."""
+    from aotc.runtime import encrypted
+    from aotc.runtime.artifact import read_metadata
+    from aotc.runtime.signature import ModelSignature
+    if config.path.suffix == ".onnx":
+        return OnnxRuntimeModel(config.path).signature, "onnxruntime_onnx"
+    if not encrypted.is_encrypted(config.path):
+        return ModelSignature.from_json(read_metadata(config.path)["signature"]), "aotc_tvm"
+    memory = encrypted.open_encrypted(config.path, config.key_file)
+    try:
+        return ModelSignature.from_json(read_metadata(memory.path)["signature"]), "aotc_tvm"
+    finally:
+        memory.close()
+
+
 class ServedModel:
     def __init__(self, config: ModelConfig, observe=None):
         from aotc.runtime import load
@@ -70,32 +119,27 @@ class ServedModel:
         self.name, self.version = config.served_name, config.version
         self.model = OnnxRuntimeModel(config.path) if config.path.suffix == ".onnx" \
             else load(config.path, key_file=config.key_file)
+        self.signature = self.model.signature
+        self.platform = "onnxruntime_onnx" if isinstance(self.model, OnnxRuntimeModel) \
+            else "aotc_tvm"
         self.batcher = Batcher(self.name, self.model, config.batching, observe)
 
     def metadata(self) -> dict:
-        """The protocol's model metadata: a symbolic dim is -1."""
-        def tensors(specs):
-            return [{"name": s.name, "datatype": datatype_of(s.dtype),
-                     "shape": [d if isinstance(d, int) else -1 for d in s.shape]}
-                    for s in specs]
-        signature = self.model.signature
-        platform = "onnxruntime_onnx" if isinstance(self.model, OnnxRuntimeModel) else "aotc_tvm"
-        return {"name": self.name, "versions": [self.version], "platform": platform,
-                "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
-
+        return model_metadata(self.name, self.version, self.signature, self.platform)
 
     def output_names(self) -> list[str]:
-        return [s.name for s in self.model.signature.outputs]
+        return [s.name for s in self.signature.outputs]
 
     async def infer(self, inputs: dict):
         return await self.batcher.infer(inputs)
 
 
 class Repository:
-    """The served models and pipelines, by name (one namespace: a pipeline is an endpoint)."""
+    """The served models and pipelines, by name (one namespace: a pipeline is an endpoint).
+    ``make_model(config, observe)`` makes each served model (default: loaded here)."""
 
     def __init__(self, configs: list[ModelConfig], observe=None, pipelines=(),
-                 observe_stage=None):
+                 observe_stage=None, make_model=ServedModel):
         from .pipeline import ServedPipeline
         names = [c.served_name for c in configs] + [p.name for p in pipelines]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -104,7 +148,7 @@ class Repository:
                             "distinct names")
         if not configs:
             raise AotcError("no model to serve")
-        self.models = {c.served_name: ServedModel(c, observe) for c in configs}
+        self.models = {c.served_name: make_model(c, observe) for c in configs}
         self.pipelines = {p.name: ServedPipeline(p, self.models, observe_stage)
                           for p in pipelines}
 
