@@ -52,6 +52,11 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, relax_pipeline: tvm.tran
     return relax.VMExecutable(vm_build._ffi_api.VMLink(builder, target, lib, host, params))
 
 
+# Each LLVM module costs its own set-up, object file and link input: a model with a handful of
+# kernels compiles in less CPU time as one module, and no sooner as two.
+MIN_KERNELS_PER_GROUP = 4
+
+
 def split(tir_mod: tvm.IRModule | None, workers: int) -> list[tvm.IRModule]:
     """The PrimFuncs dealt in turn into at most ``workers`` modules (module attributes kept).
     Dealt, not packed by size: TVM 0.27's Python has no TIR visitor to measure a function
@@ -59,5 +64,5 @@ def split(tir_mod: tvm.IRModule | None, workers: int) -> list[tvm.IRModule]:
     if tir_mod is None or not tir_mod.functions:
         return []
     funcs = sorted(tir_mod.functions_items(), key=lambda item: item[0].name_hint)
-    count = max(1, min(workers, len(funcs)))
+    count = max(1, min(workers, len(funcs) // MIN_KERNELS_PER_GROUP))
     return [tvm.IRModule(dict(funcs[i::count]), attrs=tir_mod.attrs) for i in range(count)]

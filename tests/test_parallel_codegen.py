@@ -21,14 +21,19 @@ def _kernel(name: str):
     return kernel.with_attr("global_symbol", name)
 
 
-def test_split_deals_every_function_once_and_keeps_module_attributes():
-    funcs = {tvm.ir.GlobalVar(f"k{i}"): _kernel(f"k{i}") for i in range(5)}
+def test_split_deals_every_function_once_and_keeps_module_attributes(monkeypatch):
+    funcs = {tvm.ir.GlobalVar(f"k{i}"): _kernel(f"k{i}") for i in range(9)}
     mod = tvm.IRModule(funcs, attrs={"runtime": "cpp-ish"})
     groups = parallel_codegen.split(mod, 2)
     names = [sorted(gv.name_hint for gv in g.get_global_vars()) for g in groups]
-    assert names == [["k0", "k2", "k4"], ["k1", "k3"]]
+    assert names == [["k0", "k2", "k4", "k6", "k8"], ["k1", "k3", "k5", "k7"]]
     assert all(g.attrs["runtime"] == "cpp-ish" for g in groups)
-    assert [len(g.functions) for g in parallel_codegen.split(mod, 8)] == [1] * 5
+    # at least MIN_KERNELS_PER_GROUP (4) kernels per module: 9 kernels on 8 workers -> 2
+    assert [len(g.functions) for g in parallel_codegen.split(mod, 8)] == [5, 4]
+    small = tvm.IRModule(dict(list(funcs.items())[:7]))
+    assert [len(g.functions) for g in parallel_codegen.split(small, 2)] == [7]
+    monkeypatch.setattr(parallel_codegen, "MIN_KERNELS_PER_GROUP", 1)
+    assert [len(g.functions) for g in parallel_codegen.split(mod, 8)] == [2] + [1] * 7
     assert parallel_codegen.split(tvm.IRModule({}), 2) == []
 
 
@@ -47,6 +52,7 @@ def test_a_model_without_kernels_builds(tmp_path):
 def test_models_built_on_one_and_on_three_threads_match(tmp_path, monkeypatch):
     path = tmp_path / "tiny_cnn.onnx"
     onnx.save(tiny_cnn(), path)
+    monkeypatch.setattr(parallel_codegen, "MIN_KERNELS_PER_GROUP", 1)  # tiny_cnn: few kernels
     outputs = {}
     for workers in (1, 3):
         monkeypatch.setattr(parallel_codegen, "default_threads", lambda w=workers: w)
