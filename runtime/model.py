@@ -211,9 +211,10 @@ class Model:
         try:
             if not self.device.is_host:
                 tensors = [self.device.upload(t) for t in tensors]
+            size = (name, *(tuple(t.shape) for t in tensors))
             result = forks.run(lambda: self._parallelism.run(
                 lambda: function(*tensors),
-                pool_work=lambda: PLACEMENT.run(lambda: function(*tensors))))
+                pool_work=lambda: PLACEMENT.run(lambda: function(*tensors)), size=size))
         except (RuntimeError, IndexError, ValueError, TypeError) as err:
             # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
             raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "

@@ -7,12 +7,16 @@ its idle time where one thread ran 2x). A thread count fixed at start cannot ser
 
 How: a model runs in "pool" mode (every thread) or "inline" mode (TVM's per-thread
 ``SetMaxConcurrency(1)``: each parallel loop runs on the calling thread and the pool's workers
-stay asleep). It starts in pool mode and runs its 4th run inline, so that it knows both times.
-It leaves pool mode when the typical pool run takes 1.5x the typical inline run. In inline
-mode it watches the other cores it may use (/proc/stat): once they have been mostly idle since
-the last look, the pool is tried for 3 runs (the first wakes its sleeping workers) and kept
-when its best beats inline; a failed try doubles the wait before the next (up to 256 runs),
-so that a busy machine pays for few slow tries. Typical times are medians of the last 5 runs.
+stay asleep). It starts in pool mode and runs the 4th run of each input size inline, so that
+it knows both times. It leaves pool mode when the typical pool run of a size takes 1.5x the
+typical inline run of the same size. In inline mode it watches the other cores it may use
+(/proc/stat): once they have been mostly idle since the last look, the pool is tried for 3
+runs (the first wakes its sleeping workers) and kept when its best run, against the inline
+time of its own size, beats inline; a failed try doubles the wait before the next (up to 256
+runs), so that a busy machine pays for few slow tries. Typical times are medians of the last 5
+runs of a size. Times are compared within a size only: a server's requests come in many sizes,
+and a batch of 4 run in the pool is slower than a batch of 1 run inline without any contention
+(comparing across sizes sent such models to one thread, at twice the time).
 
 The choice is per Model, and the concurrency setting per calling thread (TVM keeps both the
 pool and the setting per thread), so models on other threads are not affected."""
@@ -23,8 +27,8 @@ import ctypes
 import os
 import statistics
 import time
-from collections import deque
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from ._tvm_runtime import runtime_function
@@ -38,6 +42,7 @@ _FIRST_TRY = 8         # runs in inline mode before the first pool try
 _TRIAL = 3             # pool runs in a try (the best counts: the first wakes sleeping workers)
 _PROBE_RUN = 4         # the inline run of pool mode (the pool's first runs start it)
 _LONGEST_WAIT = 256    # runs between pool tries at most
+_SIZES = 64            # input sizes whose times are kept (the least recently run go first)
 _IDLE_ENOUGH = 0.6     # share of the other cores idle since the last look to try the pool
 _MIN_JIFFIES = 5       # per core, in a look at /proc/stat
 _SET_MAX = "_ZN3tvm7runtime9threading17SetMaxConcurrencyEi"  # TVM_DLL, per calling thread
@@ -50,34 +55,48 @@ class Parallelism:
         self.enabled = threads > 1 and policy != POOL and _set_max_concurrency() is not None
         self.fixed = policy == INLINE
         self.mode = INLINE if self.fixed else POOL
-        self.times: dict[str, deque[float]] = {POOL: deque(maxlen=_WINDOW),
-                                               INLINE: deque(maxlen=_WINDOW)}
+        # input size -> mode -> its last run times
+        self.sizes: OrderedDict[Hashable, dict[str, deque[float]]] = OrderedDict()
         self.wait, self.inline_runs = _FIRST_TRY, 0
-        self.trial: list[float] = []
+        self.trial: list[float] = []  # a pool try's run times over inline ones of their size
         self.idle = IdleCores()
         self.runs, self.clock = 0, clock
 
-    def run(self, work: Callable[[], T], pool_work: Callable[[], T] | None = None) -> T:
+    def run(self, work: Callable[[], T], pool_work: Callable[[], T] | None = None,
+            size: Hashable = ()) -> T:
         """``work()`` in the mode chosen for this run (``pool_work`` in pool mode, if given:
-        the caller's placement around the pool's workers)."""
+        the caller's placement around the pool's workers). ``size`` names the run's input
+        size (its shapes): times are compared between runs of one size only."""
         if not self.enabled:
             return (pool_work or work)()
-        mode = self._choose()
+        times = self._times(size)
+        mode = self._choose(times)
         start = self.clock()
         if mode == POOL:
             out = (pool_work or work)()
         else:
             out = _inline(work)
-        self._record(mode, self.clock() - start)
+        self._record(mode, self.clock() - start, times)
         return out
 
-    def _choose(self) -> str:
+    def _times(self, size: Hashable) -> dict[str, deque[float]]:
+        times = self.sizes.pop(size, None) or {POOL: deque(maxlen=_WINDOW),
+                                               INLINE: deque(maxlen=_WINDOW),
+                                               "runs": deque(maxlen=1)}
+        self.sizes[size] = times  # most recent last
+        if len(self.sizes) > _SIZES:
+            self.sizes.popitem(last=False)
+        return times
+
+    def _choose(self, times: dict) -> str:
         self.runs += 1
+        runs = (times["runs"][0] if times["runs"] else 0) + 1
+        times["runs"].append(runs)
         if self.fixed:
             return INLINE
         if self.mode == POOL:
-            # one inline run once the pool is warm, so that both times are known
-            return INLINE if self.runs == _PROBE_RUN else POOL
+            # one inline run of each size once the pool is warm, so both times are known
+            return INLINE if runs == _PROBE_RUN else POOL
         if self.trial:  # a pool try runs _TRIAL runs in a row: the first wakes the workers
             return POOL
         self.inline_runs += 1
@@ -85,25 +104,25 @@ class Parallelism:
             return POOL
         return INLINE
 
-    def _record(self, mode: str, seconds: float) -> None:
+    def _record(self, mode: str, seconds: float, times: dict) -> None:
         if self.mode == INLINE and mode == POOL:
-            self._record_try(seconds)
+            self._record_try(seconds, times)
             return
-        self.times[mode].append(seconds)
-        pool, inline = _typical(self.times[POOL]), _typical(self.times[INLINE])
+        times[mode].append(seconds)
+        pool, inline = _typical(times[POOL]), _typical(times[INLINE])
         if self.mode == POOL and pool is not None and inline is not None \
                 and pool > _SLOWER * inline:
             self._switch(INLINE)
 
-    def _record_try(self, seconds: float) -> None:
-        self.trial.append(seconds)
+    def _record_try(self, seconds: float, times: dict) -> None:
+        inline = _typical(times[INLINE])
+        self.trial.append(seconds / inline if inline else float("inf"))  # a new size: unknown
         if len(self.trial) < _TRIAL:
             return
         best, self.trial = min(self.trial), []
-        inline = _typical(self.times[INLINE])
-        if inline is None or best < inline:
+        if best < 1.0:
             self._switch(POOL)
-            self.times[POOL].append(best)
+            times[POOL].append(seconds)
         else:  # still slower: wait twice as long before the next try
             self.wait, self.inline_runs = min(2 * self.wait, _LONGEST_WAIT), 0
 
@@ -111,7 +130,8 @@ class Parallelism:
         self.mode, self.inline_runs = mode, 0
         if mode == POOL:
             self.wait = _FIRST_TRY
-            self.times[POOL].clear()
+            for times in self.sizes.values():
+                times[POOL].clear()
         else:
             self.idle.restart()
 

@@ -71,6 +71,26 @@ def test_failed_tries_back_off(machine):
     assert machine.modes[100:].count(POOL) <= 3 * 3  # a few 3-run tries in 300 runs
 
 
+def test_runs_of_many_sizes_keep_the_pool_on_an_idle_machine(machine):
+    """A server's requests come in sizes: a batch of 8 in the pool (8 ms) is slower than a
+    single request inline (4 ms) with no contention at all. Times compare within a size."""
+    choice = Parallelism(2, clock=lambda: machine.now)
+    for k in range(120):
+        rows = (1, 2, 4, 8)[k % 4]
+        machine.pool_ms, machine.inline_ms = 2.0 * rows, 4.0 * rows
+        choice.run(machine.work, size=("main", (rows, 64)))
+    assert choice.mode == POOL and machine.modes.count(INLINE) == 4  # one probe per size
+
+
+def test_contention_is_seen_within_each_size(machine):
+    choice = Parallelism(2, clock=lambda: machine.now)
+    for k in range(60):
+        rows = (1, 8)[k % 2]
+        machine.pool_ms, machine.inline_ms = 80.0 * rows, 4.0 * rows  # a busy neighbour
+        choice.run(machine.work, size=rows)
+    assert choice.mode == INLINE and machine.modes[-20:] == [INLINE] * 20
+
+
 @pytest.mark.parametrize("policy, mode", [("pool", POOL), ("inline", INLINE)])
 def test_a_fixed_policy_never_switches(policy, mode, machine):
     machine.pool_ms = 80.0 if policy == "pool" else 1.0
