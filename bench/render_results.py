@@ -153,6 +153,18 @@ def serve_load_table(data: dict) -> list[str]:
             f"{b['other']} other, {b['sent'] - b['answered']} lost."]
 
 
+def batch_cost_table(data: dict) -> list[str]:
+    """Per engine and batch size: time per run, per row, and per row against batch 1."""
+    model = data["model"]
+    body = [[ENGINE_NAMES.get(r["engine"], r["engine"]), str(r["batch"]), _f(r["ms_per_run"], 1),
+             _f(r["ms_per_row"], 1), _f(r["per_row_vs_batch_1"])] for r in data["rows"]]
+    return [f"Encoder ({model['num_hidden_layers']} layers, {model['hidden_size']} wide), "
+            f"{data['seq']} tokens per request; medians of {data['runs']} runs, median over "
+            f"{data['rounds']} alternated rounds. Batching pays where the last column is below "
+            "1.0.", "",
+            *_table(["engine", "batch", "ms per run", "ms per row", "per row / batch 1"], body)]
+
+
 RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers": ("Standard architectures against peer engines", peers_table),
     "peers_iree": ("Compile time and latency against IREE", peers_table),
@@ -167,6 +179,9 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "contention_mobilenetv2": ("Shared CPUs: MobileNetV2 with more rounds", contention_table),
     "serve_load": ("Serving: dynamic batching under load", serve_load_table),
     "serve_load_bert_base": ("Serving: BERT-base under load, short requests", serve_load_table),
+    "batch_cost": ("Serving: what a batch costs per request, small encoder", batch_cost_table),
+    "batch_cost_bert_base": ("Serving: what a batch costs per request, BERT-base",
+                             batch_cost_table),
 }
 
 

@@ -41,8 +41,10 @@ class ShuttingDown(Overloaded):
 @dataclass(frozen=True)
 class BatchSettings:
     """``max_batch``: rows (along the batch dim) per run; 1 (the default) runs request by
-    request: on CPUs, batched runs of aotc's libraries have measured slower per request than
-    single ones (docs/results.md, "Serving"), so batching is opt-in.
+    request. On CPUs one request already keeps the cores busy: a batch saves per-row time
+    only where rows share weight reads, and its requests wait for company and for each
+    other (docs/results.md, "Serving"). So batching is opt-in: it raises the rate a model
+    sustains near capacity at the cost of latency below it.
     ``max_delay_ms``: how long the first request of a batch waits for company.
     ``queue_limit``: requests waiting at most; more are refused with 503."""
     max_batch: int = 1
