@@ -1,17 +1,9 @@
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-
-# TVM's pool workers spin (sched_yield) after every parallel run before they sleep. In the
-# tests a model runs in a runner process while its test compiles the next model beside it on
-# the same cores, and the spinning takes those cores (docs/design/measurements.md,
-# "tests/conftest.py"). Workers that sleep at once compute the same results; the benches in
-# bench/ keep TVM's default. Set for this process and every process the tests start.
-os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
 
 
 @pytest.fixture(scope="session")

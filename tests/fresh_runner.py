@@ -12,6 +12,7 @@ kills it; it checks after each request that TVM's compiler was not imported."""
 from __future__ import annotations
 
 import atexit
+import os
 import pickle
 import struct
 import subprocess
@@ -71,10 +72,19 @@ class RunnerDied(RuntimeError):
     pass
 
 
+# The runner's TVM pool workers sleep at once after a run instead of spinning: the test beside
+# it compiles its next model on the same cores, and spinning workers took them
+# (docs/design/measurements.md, "tests/fresh_runner.py"). Results do not depend on it. Only
+# here: processes the tests fork keep TVM's default (a forked child's pool hung with spinning
+# off; see tests/test_fork.py).
+_RUNNER_ENV = {"TVM_THREAD_POOL_SPIN_COUNT": "0"}
+
+
 class _Runner:
     def __init__(self):
         self.proc = subprocess.Popen([sys.executable, "-c", _RUNNER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
+                                     stdout=subprocess.PIPE,
+                                     env={**_RUNNER_ENV, **os.environ})
         self.lock = threading.Lock()
         self.next_handle = 0
         self.dropped: list[int] = []  # models collected since the last request
