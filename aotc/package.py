@@ -23,7 +23,6 @@ from pathlib import Path
 from aotc import cpp_runner, runtime_libs
 from aotc.errors import AotcError
 from aotc.runtime import encrypted
-from aotc.runtime.artifact import read_metadata
 
 BUNDLE_RPATH = "$ORIGIN/../lib"
 
@@ -45,7 +44,8 @@ def package(model: str | Path, output: str | Path, farm_server: bool = False,
     key (``key_file``, or the AOTC_MODEL_KEY variables) is needed here only to read its
     metadata, and is not put in the bundle."""
     model, out = Path(model), Path(output)
-    meta = _metadata(model, key_file)  # refuses a corrupt or foreign file before any work
+    # refuses a corrupt or foreign file before any work
+    meta = encrypted.read_metadata(model, key_file)
     arch = meta["target"].get("arch", "x86_64")
     if out.exists() and any(out.iterdir()):
         raise AotcError(f"{out}: exists and is not empty; give a new folder")
@@ -71,16 +71,6 @@ def package(model: str | Path, output: str | Path, farm_server: bool = False,
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return Bundle(out, out / "bin" / "aotc-run", out / "model" / model.name, arch,
                   total - model_bytes, model_bytes)
-
-
-def _metadata(model: Path, key_file: str | Path | None) -> dict:
-    if not encrypted.is_encrypted(model):
-        return read_metadata(model)
-    memory = encrypted.open_encrypted(model, key_file)
-    try:
-        return read_metadata(memory.path)
-    finally:
-        memory.close()
 
 
 def _readme(name: str, meta: dict, arch: str, farm_server: bool, sealed: bool) -> str:

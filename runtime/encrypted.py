@@ -119,6 +119,19 @@ def open_encrypted(path: Path, key_file: str | Path | None = None) -> InMemoryLi
     return InMemoryLibrary(plain, path.name)
 
 
+def read_metadata(path: str | Path, key_file: str | Path | None = None) -> dict:
+    """The metadata of a compiled library, encrypted or not, without loading it (an
+    encrypted one is decrypted into memory for the read)."""
+    from .artifact import read_metadata as read_plain
+    if not is_encrypted(path):
+        return read_plain(path)
+    memory = open_encrypted(Path(path), key_file)
+    try:
+        return read_plain(memory.path)
+    finally:
+        memory.close()
+
+
 def encrypt_file(plain_path: str | Path, output: str | Path, key_file: str | Path | None) -> None:
     """Write ``plain_path`` (a compiled library) encrypted to ``output``, atomically."""
     from aotc.atomic import write_bytes

@@ -70,15 +70,19 @@ class RemoteModel:
                              "is full", retry_after_s=1) from None
 
 
+def _server(config: ServeConfig, signatures: dict, handles: dict) -> Server:
+    """A Server whose models are the deployments behind ``handles`` (by served name)."""
+    def remote(model: ModelConfig, _observe=None) -> RemoteModel:
+        signature, platform = signatures[model.served_name]
+        return RemoteModel(model, signature, platform, handles.get(model.served_name))
+    return Server(config.models, config.max_request_bytes, config.pipelines, make_model=remote)
+
+
 class Ingress:
     """The Open Inference Protocol over HTTP for every model and pipeline of the config."""
 
     def __init__(self, config: ServeConfig, signatures: dict, handles: dict):
-        def remote(model: ModelConfig, _observe=None) -> RemoteModel:
-            signature, platform = signatures[model.served_name]
-            return RemoteModel(model, signature, platform, handles[model.served_name])
-        self.server = Server(config.models, config.max_request_bytes, config.pipelines,
-                             make_model=remote)
+        self.server = _server(config, signatures, handles)
         self.server.ready = True
 
     def __serve_build_asgi_app__(self):
@@ -109,10 +113,7 @@ def application(config: ServeConfig):
     from ray import serve
     signatures = {m.served_name: signature_of(m) for m in config.models}
     # the ingress checks the pipelines against the signatures as it starts; check them here
-    def unbound(model: ModelConfig, _observe=None) -> RemoteModel:
-        signature, platform = signatures[model.served_name]
-        return RemoteModel(model, signature, platform, None)
-    Server(config.models, config.max_request_bytes, config.pipelines, make_model=unbound)
+    _server(config, signatures, {})
     handles = {m.served_name: serve.deployment(**_replica_options(m))(ModelReplica).bind(m)
                for m in config.models}
     ingress = serve.deployment(name="aotc-ingress", ray_actor_options={"num_cpus": 0},

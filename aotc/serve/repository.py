@@ -99,17 +99,11 @@ def model_metadata(name: str, version: str, signature, platform: str) -> dict:
 def signature_of(config: ModelConfig) -> tuple:
     """(signature, platform) of a served model's file, without loading a library."""
     from aotc.runtime import encrypted
-    from aotc.runtime.artifact import read_metadata
     from aotc.runtime.signature import ModelSignature
     if config.path.suffix == ".onnx":
         return OnnxRuntimeModel(config.path).signature, "onnxruntime_onnx"
-    if not encrypted.is_encrypted(config.path):
-        return ModelSignature.from_json(read_metadata(config.path)["signature"]), "aotc_tvm"
-    memory = encrypted.open_encrypted(config.path, config.key_file)
-    try:
-        return ModelSignature.from_json(read_metadata(memory.path)["signature"]), "aotc_tvm"
-    finally:
-        memory.close()
+    meta = encrypted.read_metadata(config.path, config.key_file)
+    return ModelSignature.from_json(meta["signature"]), "aotc_tvm"
 
 
 class ServedModel:
