@@ -29,6 +29,7 @@ import statistics
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ._tvm_runtime import runtime_function
@@ -55,12 +56,11 @@ class Parallelism:
         self.enabled = threads > 1 and policy != POOL and _set_max_concurrency() is not None
         self.fixed = policy == INLINE
         self.mode = INLINE if self.fixed else POOL
-        # input size -> mode -> its last run times
-        self.sizes: OrderedDict[Hashable, dict[str, deque[float]]] = OrderedDict()
+        self.sizes: OrderedDict[Hashable, _Size] = OrderedDict()  # least recently run first
         self.wait, self.inline_runs = _FIRST_TRY, 0
         self.trial: list[float] = []  # a pool try's run times over inline ones of their size
         self.idle = IdleCores()
-        self.runs, self.clock = 0, clock
+        self.clock = clock
 
     def run(self, work: Callable[[], T], pool_work: Callable[[], T] | None = None,
             size: Hashable = ()) -> T:
@@ -69,34 +69,30 @@ class Parallelism:
         size (its shapes): times are compared between runs of one size only."""
         if not self.enabled:
             return (pool_work or work)()
-        times = self._times(size)
-        mode = self._choose(times)
+        seen = self._size(size)
+        mode = self._choose(seen)
         start = self.clock()
         if mode == POOL:
             out = (pool_work or work)()
         else:
             out = _inline(work)
-        self._record(mode, self.clock() - start, times)
+        self._record(mode, self.clock() - start, seen.times)
         return out
 
-    def _times(self, size: Hashable) -> dict[str, deque[float]]:
-        times = self.sizes.pop(size, None) or {POOL: deque(maxlen=_WINDOW),
-                                               INLINE: deque(maxlen=_WINDOW),
-                                               "runs": deque(maxlen=1)}
-        self.sizes[size] = times  # most recent last
+    def _size(self, size: Hashable) -> _Size:
+        seen = self.sizes.pop(size, None) or _Size()
+        self.sizes[size] = seen  # most recent last
         if len(self.sizes) > _SIZES:
             self.sizes.popitem(last=False)
-        return times
+        return seen
 
-    def _choose(self, times: dict) -> str:
-        self.runs += 1
-        runs = (times["runs"][0] if times["runs"] else 0) + 1
-        times["runs"].append(runs)
+    def _choose(self, seen: _Size) -> str:
+        seen.runs += 1
         if self.fixed:
             return INLINE
         if self.mode == POOL:
             # one inline run of each size once the pool is warm, so both times are known
-            return INLINE if runs == _PROBE_RUN else POOL
+            return INLINE if seen.runs == _PROBE_RUN else POOL
         if self.trial:  # a pool try runs _TRIAL runs in a row: the first wakes the workers
             return POOL
         self.inline_runs += 1
@@ -130,10 +126,18 @@ class Parallelism:
         self.mode, self.inline_runs = mode, 0
         if mode == POOL:
             self.wait = _FIRST_TRY
-            for times in self.sizes.values():
-                times[POOL].clear()
+            for seen in self.sizes.values():
+                seen.times[POOL].clear()
         else:
             self.idle.restart()
+
+
+@dataclass
+class _Size:
+    """The runs of one input size: how many, and the last run times in each mode."""
+    runs: int = 0
+    times: dict[str, deque[float]] = field(default_factory=lambda: {
+        POOL: deque(maxlen=_WINDOW), INLINE: deque(maxlen=_WINDOW)})
 
 
 def _typical(times) -> float | None:
