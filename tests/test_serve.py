@@ -500,35 +500,52 @@ def detector() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def compile_detector(folder: Path) -> None:
+    """detector.onnx and detector.so in ``folder``."""
+    onnx.save(detector(), folder / "detector.onnx")
+    aotc.compile(folder / "detector.onnx", output=folder / "detector.so")
+
+
+# detector -> Python crop -> classifier, as the pipelines section of a serve config
+DETECT_CLASSIFY = """pipelines:
+  - name: detect_classify
+    inputs: [image]
+    outputs: [scores, corner]
+    steps:
+      - model: detector
+        inputs: {image: image}
+        outputs: {features: features}
+      - name: crop
+        function: serve_steps:crop_brightest
+        inputs: {features: features}
+        outputs: {crops: crops, corner: corner}
+      - model: classifier
+        inputs: {x: crops}
+        outputs: {y: scores}
+"""
+
+
+def check_detect_classify(result, image: np.ndarray, detector_onnx: Path, cnn_onnx: Path):
+    """The pipeline's answer against onnxruntime + the same crop + onnxruntime."""
+    from serve_steps import crop_brightest
+    cropped = crop_brightest(onnxruntime_says(detector_onnx, {"image": image})[0])
+    want = onnxruntime_says(cnn_onnx, {"x": cropped["crops"]})[0]
+    np.testing.assert_allclose(result.as_numpy("scores"), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(result.as_numpy("corner"), cropped["corner"])
+
+
 def test_a_two_stage_pipeline_is_one_endpoint_with_its_latency_by_stage(cnn, tmp_path):
     """detector -> Python crop -> classifier, declared in the config and served as one model:
     the answer matches onnxruntime + the same crop + onnxruntime; the metrics split its
     latency by stage; a request that does not fit the first model is a 400."""
-    from serve_steps import crop_brightest
-    onnx.save(detector(), tmp_path / "detector.onnx")
-    aotc.compile(tmp_path / "detector.onnx", output=tmp_path / "detector.so")
+    compile_detector(tmp_path)
     config = tmp_path / "serve.yaml"
     config.write_text(f"""
 models:
   - path: {tmp_path / 'detector.so'}
   - path: {cnn[1]}
     name: classifier
-pipelines:
-  - name: detect_classify
-    inputs: [image]
-    outputs: [scores, corner]
-    steps:
-      - model: detector
-        inputs: {{image: image}}
-        outputs: {{features: features}}
-      - name: crop
-        function: serve_steps:crop_brightest
-        inputs: {{features: features}}
-        outputs: {{crops: crops, corner: corner}}
-      - model: classifier
-        inputs: {{x: crops}}
-        outputs: {{y: scores}}
-""")
+{DETECT_CLASSIFY}""")
     running = Running(["--config", str(config)],
                       env={"PYTHONPATH": str(Path(__file__).parent)})
     try:
@@ -537,11 +554,7 @@ pipelines:
         tensor = grpcclient.InferInput("image", list(image.shape), "FP32")
         tensor.set_data_from_numpy(image)
         result = client.infer("detect_classify", [tensor])
-        features = onnxruntime_says(tmp_path / "detector.onnx", {"image": image})[0]
-        cropped = crop_brightest(features)
-        want = onnxruntime_says(cnn[0], {"x": cropped["crops"]})[0]
-        np.testing.assert_allclose(result.as_numpy("scores"), want, rtol=1e-4, atol=1e-4)
-        np.testing.assert_array_equal(result.as_numpy("corner"), cropped["corner"])
+        check_detect_classify(result, image, tmp_path / "detector.onnx", cnn[0])
         meta = httpclient.InferenceServerClient(f"127.0.0.1:{running.http}").get_model_metadata(
             "detect_classify")
         assert meta["inputs"] == [{"name": "image", "datatype": "FP32",

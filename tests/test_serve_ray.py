@@ -10,19 +10,18 @@ import re
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from test_serve import (
+    DETECT_CLASSIFY,
     Running,
+    check_detect_classify,
     cnn_input,
     compile_cnn,
-    detector,
+    compile_detector,
     httpclient,
     onnxruntime_says,
     post,
 )
-
-import aotc
 
 pytest.importorskip("ray.serve")
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_serve")]
@@ -36,8 +35,7 @@ def cnn(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ray_server(cnn, tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve_ray")
-    onnx.save(detector(), folder / "detector.onnx")
-    aotc.compile(folder / "detector.onnx", output=folder / "detector.so")
+    compile_detector(folder)
     config = folder / "serve.yaml"
     config.write_text(f"""
 models:
@@ -47,22 +45,7 @@ models:
     name: classifier
     batching: {{max_batch: 4, max_delay_ms: 20}}
     ray: {{replicas: 2, threads: 1}}
-pipelines:
-  - name: detect_classify
-    inputs: [image]
-    outputs: [scores, corner]
-    steps:
-      - model: detector
-        inputs: {{image: image}}
-        outputs: {{features: features}}
-      - name: crop
-        function: serve_steps:crop_brightest
-        inputs: {{features: features}}
-        outputs: {{crops: crops, corner: corner}}
-      - model: classifier
-        inputs: {{x: crops}}
-        outputs: {{y: scores}}
-""")
+{DETECT_CLASSIFY}""")
     # 3 replicas of 1 thread: on a 2-core machine the cluster is told it has 4
     running = Running(["--config", str(config), "--ray", "--ray-cpus", "4"], grpc=False,
                       env={"PYTHONPATH": str(Path(__file__).parent)}, ready_s=300)
@@ -99,17 +82,13 @@ def test_round_trips_through_ray_match_onnxruntime(ray_server, cnn):
 
 
 def test_a_pipeline_runs_across_deployments(ray_server, cnn):
-    from serve_steps import crop_brightest
     running, folder = ray_server
     image = np.random.default_rng(8).standard_normal((3, 1, 24, 24)).astype(np.float32)
     client = httpclient.InferenceServerClient(f"127.0.0.1:{running.http}")
     tensor = httpclient.InferInput("image", list(image.shape), "FP32")
     tensor.set_data_from_numpy(image)
     result = client.infer("detect_classify", [tensor])
-    cropped = crop_brightest(onnxruntime_says(folder / "detector.onnx", {"image": image})[0])
-    want = onnxruntime_says(cnn[0], {"x": cropped["crops"]})[0]
-    np.testing.assert_allclose(result.as_numpy("scores"), want, rtol=1e-4, atol=1e-4)
-    np.testing.assert_array_equal(result.as_numpy("corner"), cropped["corner"])
+    check_detect_classify(result, image, folder / "detector.onnx", cnn[0])
 
 
 def test_errors_from_replicas_keep_their_status(ray_server):
