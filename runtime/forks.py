@@ -1,50 +1,93 @@
-"""Models keep working in a process forked after they ran (pre-fork servers, multiprocessing).
+"""Models keep working in a process forked after they ran (pre-fork servers, multiprocessing),
+and the child exits normally.
 
-Why: TVM keeps one thread pool per calling thread, started by its first parallel kernel. A
-forked child has only the thread that forked, and that thread's pool still points at worker
-threads that do not exist there: its next parallel kernel waited for them forever (gunicorn
---preload with a warm-up request, multiprocessing's fork start method).
+Why: TVM keeps one thread pool per calling thread (a C++ ``thread_local``), started by its first
+parallel kernel. A forked child has only the thread that forked. When that thread's pool had
+started in the parent, the child holds a pool whose workers do not exist there, and whose
+queues' condition variables still count the parent's sleeping workers as waiters. Destroying
+such a condition variable waits for those waiters forever (glibc), and the pool is destroyed
+both by TVM's ``ResetThreadPool`` and by the thread-local destructors that ``exit()`` runs: a
+child of a process whose workers had gone to sleep hung on its first parallel run, or at its
+exit even when it ran nothing (gunicorn ``--preload`` with a warm-up request, a worker's
+graceful exit; at once with ``TVM_THREAD_POOL_SPIN_COUNT=0``).
 
-How: ``os.register_at_fork`` runs, in the child, TVM's ``ResetThreadPool`` for the forking
-thread when its pool had started: right after the fork, before the child makes any thread,
-the old workers' joins return at once and the pool starts new ones. Other threads of the child
-are new and start their own pools. Locks a parent thread may have held during the fork (a
-model's run lock) are replaced in the child, since the thread holding them is gone there.
-Where the runtime library lacks ``ResetThreadPool``, a run from the stale thread raises
-ModelRunError at once instead of hanging. The C++ runtime does the same (threads.cc)."""
+How: no caller's thread ever starts a TVM pool. A run in pool mode goes to a kernel thread
+that aotc starts for the calling thread (one each, so callers on different threads keep
+separate pools, as with TVM alone) and that ends with it. A fork copies no kernel thread, so a
+child has no pool to repair: its first pooled run starts a new kernel thread. Inline runs
+(TVM's max concurrency 1) start no pool and stay on the caller's thread. Locks a parent thread
+may have held during the fork (a model's run lock) are replaced in the child, since the thread
+holding them is gone there. The C++ runtime does the same (threads.cc)."""
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TypeVar
-
-from aotc.errors import ModelRunError
-
-from ._tvm_runtime import runtime_function
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-# tvm::runtime::threading::ResetThreadPool(), exported by libtvm_runtime.so (TVM_DLL)
-_RESET_SYMBOL = "_ZN3tvm7runtime9threading15ResetThreadPoolEv"
-_RAN: set[int] = set()     # threads (of this process) whose TVM pool has started
-_STALE: set[int] = set()   # threads whose pool is the parent's and could not be reset
 _LOCKED: weakref.WeakSet = weakref.WeakSet()  # objects with a ``_lock`` to replace in a child
+_CALLER = threading.local()                   # the calling thread's KernelThread
+_GENERATION = [0]  # forks so far: a kernel thread made before the last one is gone
 
 
-def run(work: Callable[[], T]) -> T:
-    """``work()`` (which runs TVM kernels), after checking that this thread's pool is alive."""
-    me = threading.get_ident()
-    if me in _STALE:
-        raise ModelRunError("this thread's TVM thread pool was started before the process "
-                            "forked and cannot be restarted here (the runtime library has no "
-                            "ResetThreadPool): run the model from another thread of the child")
-    if me not in _RAN:
-        _reset_function()  # resolved here, not in the child right after a fork
-        _RAN.add(me)
-    return work()
+class _Job(Generic[T]):
+    __slots__ = ("work", "result", "error", "done")
+
+    def __init__(self, work: Callable[[], T]):
+        self.work = work
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Lock()
+        self.done.acquire()
+
+
+class KernelThread:
+    """One thread that runs the pooled work of one calling thread, so that TVM's pool for it
+    lives here. Stops when the calling thread ends (its thread-local reference goes)."""
+
+    def __init__(self):
+        self.generation = _GENERATION[0]
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=_serve, args=(self._jobs,), daemon=True,
+                                        name="aotc-kernels")
+        self._thread.start()
+
+    def run(self, work: Callable[[], T]) -> T:
+        job = _Job(work)
+        self._jobs.put(job)
+        job.done.acquire()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def __del__(self):
+        if self.generation == _GENERATION[0]:  # its thread exists in this process
+            self._jobs.put(None)
+
+
+def _serve(jobs: queue.SimpleQueue) -> None:
+    while (job := jobs.get()) is not None:
+        try:
+            job.result = job.work()
+        except BaseException as err:  # noqa: B036 - handed to the caller, which raises it
+            job.error = err
+        finally:
+            job.done.release()
+        del job
+
+
+def run_pooled(work: Callable[[], T]) -> T:
+    """``work()`` (TVM kernels that may use the thread pool), on the calling thread's kernel
+    thread."""
+    kernels = getattr(_CALLER, "kernels", None)
+    if kernels is None or kernels.generation != _GENERATION[0]:
+        kernels = _CALLER.kernels = KernelThread()
+    return kernels.run(work)
 
 
 def track_lock(owner) -> None:
@@ -52,22 +95,8 @@ def track_lock(owner) -> None:
     _LOCKED.add(owner)
 
 
-def _reset_function():
-    return runtime_function(_RESET_SYMBOL)
-
-
 def _after_fork_in_child() -> None:
-    me = threading.get_ident()
-    ran = me in _RAN
-    _RAN.clear()
-    _STALE.clear()  # the other threads are gone; a new one may reuse an ident
-    if ran:
-        reset = _reset_function()
-        if reset is None:
-            _STALE.add(me)
-        else:
-            reset()
-            _RAN.add(me)
+    _GENERATION[0] += 1
     for owner in list(_LOCKED):
         owner._lock = threading.Lock()
 

@@ -75,8 +75,8 @@ class Model:
         self._lock = threading.Lock()
         forks.track_lock(self)
         self._staging = InputStaging()
-        self._parallelism = Parallelism(settings.thread_count() if self.device.is_host else 1,
-                                        settings.PARALLELISM.get())
+        self._threads = settings.thread_count() if self.device.is_host else 1
+        self._parallelism = Parallelism(self._threads, settings.PARALLELISM.get())
 
     @property
     def target(self) -> dict:
@@ -212,9 +212,9 @@ class Model:
             if not self.device.is_host:
                 tensors = [self.device.upload(t) for t in tensors]
             size = (name, *(tuple(t.shape) for t in tensors))
-            result = forks.run(lambda: self._parallelism.run(
-                lambda: function(*tensors),
-                pool_work=lambda: PLACEMENT.run(lambda: function(*tensors)), size=size))
+            result = self._parallelism.run(lambda: function(*tensors),
+                                           pool_work=self._pool_work(function, tensors),
+                                           size=size)
         except (RuntimeError, IndexError, ValueError, TypeError) as err:
             # Raised by a kernel's own check (e.g. an index out of range; see GuardIndices).
             raise ModelRunError(f"{self.path.name}: {type(err).__name__}: "
@@ -223,6 +223,14 @@ class Model:
         if not self.device.is_host:
             outputs = [self.device.download(o) for o in outputs]
         return outputs
+
+    def _pool_work(self, function, tensors: list):
+        """The run in pool mode: on this thread's kernel thread, where TVM's pool lives
+        (runtime/forks.py), placed around the pool's workers. None where no CPU pool starts
+        (one thread, or a device that is not the host): the run stays on this thread."""
+        if not self.device.is_host or self._threads < 2:
+            return None
+        return lambda: forks.run_pooled(lambda: PLACEMENT.run(lambda: function(*tensors)))
 
 
 class InputStaging:

@@ -3,7 +3,9 @@ errors, runs without Python or environment variables, and ARM output run under q
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -159,7 +161,8 @@ FORK_APP = """
 #include <cstdio>
 #include <cstring>
 #include <thread>
-// argv[2]: "run-then-fork" or "fork-first"; the child runs in its forking thread and in a new one.
+// argv[2]: "run-then-fork" or "fork-first": the child runs in its forking thread and in a new
+// one; "exit-only": the child of a process that ran the model exits without running it.
 int main(int, char** argv) {
   alarm(60);  // a hang ends the process (SIGALRM) instead of the test run
   aotc::Model model(argv[1]);
@@ -168,16 +171,31 @@ int main(int, char** argv) {
   auto first = model.Run({x})[0];
   std::vector<float> want(static_cast<float*>(first.data_ptr()),
                           static_cast<float*>(first.data_ptr()) + 10);
+  if (std::strcmp(argv[2], "exit-only") == 0) {
+    usleep(100000);  // the pool's workers go to sleep
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(60);  // alarms are not inherited
+      return 0;  // exit() runs the thread-local destructors
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 9;
+  }
   if (std::strcmp(argv[2], "fork-first") == 0) {
     aotc::Model fresh(argv[1]);
     pid_t pid = fork();
-    if (pid == 0) return fresh.Run({x}).size() == 1 ? 0 : 3;
+    if (pid == 0) {
+      alarm(60);
+      return fresh.Run({x}).size() == 1 ? 0 : 3;
+    }
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 9;
   }
   pid_t pid = fork();
   if (pid == 0) {
+    alarm(60);
     for (int round = 0; round < 3; ++round) {
       auto got = model.Run({x})[0];
       if (std::memcmp(got.data_ptr(), want.data(), 10 * sizeof(float)) != 0) return 4;
@@ -193,15 +211,25 @@ int main(int, char** argv) {
 """
 
 
-@pytest.mark.parametrize("order", ["run-then-fork", "fork-first"])
+@pytest.mark.parametrize("order", ["run-then-fork", "fork-first", "exit-only"])
 def test_cpp_api_works_in_a_forked_child(order, tiny_so, tmp_path):
-    """The child of a process that had run a model hung in TVM's pool (pthread_atfork now
-    replaces the forking thread's pool in the child)."""
+    """The child of a process that had run a model hung in TVM's pool, on its first run or at
+    its exit, once the parent's workers slept (at once with TVM_THREAD_POOL_SPIN_COUNT=0):
+    models now run TVM's pools on the runtime's own threads, which a fork does not copy."""
     bundle = package(tiny_so, tmp_path / "bundle")
     app = tmp_path / "fork_app.cc"
     app.write_text(FORK_APP)
-    done = run_runner([build_against_bundle(app, bundle), bundle.model, order])
-    assert done.returncode == 0, (done.returncode, done.stderr)
+    process = subprocess.Popen([build_against_bundle(app, bundle), bundle.model, order],
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, "TVM_THREAD_POOL_SPIN_COUNT": "0"})
+    try:
+        _, stderr = process.communicate(timeout=120)
+    finally:  # a child hung before its own alarm must not outlive the test
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert process.returncode == 0, (process.returncode, stderr)
 
 
 def check_arm_under_qemu(onnx_path: Path, tmp_path: Path, rtol=1e-4, atol=1e-4, feed=None,

@@ -1,8 +1,11 @@
 """A model used in a forked child works, whether the parent ran it before the fork or not, in
 the forking thread and in others, through multiprocessing and nested forks, and when another
-thread held the model's lock at the fork. Before runtime/forks.py the child of a parent that
-had run the model hung forever in TVM's thread pool. Each case runs in its own process with a
-deadline: a hang fails the test instead of stalling the suite."""
+thread held the model's lock at the fork; and the child exits. Before runtime/forks.py the child
+of a parent that had run the model hung in TVM's thread pool: on its first parallel run, or at
+its exit even when it ran nothing, once the parent's pool workers had gone to sleep. The cases
+run with the pool forced on and with ``TVM_THREAD_POOL_SPIN_COUNT=0`` (workers sleep as soon as
+a run ends: the hard case), and once with TVM's default spinning after a pause. Each case runs
+in its own process with a deadline: a hang fails the test instead of stalling the suite."""
 
 import os
 import signal
@@ -54,6 +57,22 @@ sys.exit(in_child(lambda: same(model.run(feed))
 model.run(feed)
 model._lock.acquire()  # as a run in progress on another thread would hold it
 sys.exit(in_child(lambda: same(model.run(feed))))""",
+    "child-exits-without-running": """
+model.run(feed)
+sys.exit(in_child(lambda: True))""",
+    "caller-thread-ends": """
+import gc
+def kernel_threads():
+    return sum(t.name == "aotc-kernels" for t in threading.enumerate())
+t = threading.Thread(target=lambda: model.run(feed))
+t.start(); t.join()
+gc.collect()
+for _ in range(100):  # the kernel thread ends once it reads the stop its owner's end queued
+    if kernel_threads() == 0:
+        break
+    threading.Event().wait(0.01)
+model.run(feed)
+sys.exit(0 if kernel_threads() == 1 else 5)""",
     "multiprocessing-fork": """
 import multiprocessing as mp
 model.run(feed)
@@ -64,11 +83,28 @@ with mp.get_context("fork").Pool(2) as pool:
 }
 
 
+POOL_SLEEPS = {"AOTC_PARALLELISM": "pool", "TVM_THREAD_POOL_SPIN_COUNT": "0"}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_forked_child_runs_the_model(case, tiny_so):
-    process = subprocess.Popen([sys.executable, "-c", CHILD_CHECK + CASES[case], str(tiny_so)],
+    _check(CHILD_CHECK + CASES[case], tiny_so, POOL_SLEEPS)
+
+
+def test_a_fork_after_the_default_pool_went_to_sleep(tiny_so):
+    """TVM's default spin count: the workers spin a while after a run, then sleep."""
+    code = CHILD_CHECK + """
+import time
+model.run(feed)
+time.sleep(2)
+sys.exit(in_child(lambda: same(model.run(feed))) or in_child(lambda: True))"""
+    _check(code, tiny_so, {"AOTC_PARALLELISM": "pool"})
+
+
+def _check(code: str, tiny_so, env: dict) -> None:
+    process = subprocess.Popen([sys.executable, "-c", code, str(tiny_so)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+                               start_new_session=True, env={**os.environ, **env})
     try:
         output, _ = process.communicate(timeout=120)
     finally:  # a hung child must not outlive the test (it spins in TVM's pool)

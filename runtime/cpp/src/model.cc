@@ -196,7 +196,7 @@ std::vector<ffi::Tensor> Model::Run(const std::vector<ffi::Tensor>& inputs) {
   std::vector<ffi::AnyView> args(placed.begin(), placed.end());
   ffi::Any result;
   try {
-    RunWithLivePool([&]() {
+    RunPooled([&]() {
       CallerOnFirstCore placement;
       main_.CallPacked(args.data(), static_cast<int>(args.size()), &result);
     });

@@ -3,28 +3,93 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <string>
-
-// Exported by libtvm_runtime (TVM_DLL, include/tvm/runtime/threading_backend.h; the wheel ships
-// no TVM headers): replaces the calling thread's pool with a new one.
-namespace tvm::runtime::threading {
-void ResetThreadPool();
-}  // namespace tvm::runtime::threading
+#include <thread>
 
 namespace aotc {
 namespace {
 
-thread_local bool t_ran = false;  // this thread's TVM pool has started
+std::atomic<unsigned> g_generation{0};  // counts forks: a kernel thread of an older one is gone
 
-// Right after a fork, in the forking thread of the child, before it makes any thread: the
-// parent's workers' joins return at once and TVM starts new ones.
-void AfterForkInChild() {
-  if (t_ran) tvm::runtime::threading::ResetThreadPool();
-}
+void AfterForkInChild() { g_generation.fetch_add(1); }
 
 const int kAtForkRegistered = pthread_atfork(nullptr, nullptr, &AfterForkInChild);
+
+class KernelThread {
+ public:
+  KernelThread() : generation(g_generation.load()), thread_([this] { Serve(); }) {}
+
+  ~KernelThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+
+  void Run(const std::function<void()>& work) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    job_ = &work;
+    done_ = false;
+    error_ = nullptr;
+    lock.unlock();
+    wake_.notify_one();  // unlocked: the woken thread does not block on the mutex at once
+    lock.lock();
+    finished_.wait(lock, [this] { return done_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  const unsigned generation;
+
+ private:
+  void Serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stop_ || job_ != nullptr; });
+      if (stop_) return;
+      const std::function<void()>* job = job_;
+      job_ = nullptr;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        (*job)();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      error_ = error;
+      done_ = true;
+      lock.unlock();
+      finished_.notify_one();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, finished_;
+  const std::function<void()>* job_ = nullptr;
+  bool done_ = false, stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+// The calling thread's kernel thread. One made before a fork is left alone in the child: its
+// thread does not exist there, and destroying its condition variables would wait for it.
+struct CallerKernels {
+  KernelThread* kernels = nullptr;
+  ~CallerKernels() {
+    if (kernels && kernels->generation == g_generation.load()) delete kernels;
+  }
+};
+
+thread_local CallerKernels t_caller;
 
 int AllowedCores(cpu_set_t* set) {
   CPU_ZERO(set);
@@ -39,10 +104,13 @@ bool Enabled(const char* name, bool fallback) {
 
 }  // namespace
 
-void RunWithLivePool(const std::function<void()>& work) {
+void RunPooled(const std::function<void()>& work) {
   (void)kAtForkRegistered;
-  t_ran = true;
-  work();
+  const char* threads = std::getenv("TVM_NUM_THREADS");
+  if (threads && std::atoi(threads) == 1) return work();
+  KernelThread*& kernels = t_caller.kernels;
+  if (!kernels || kernels->generation != g_generation.load()) kernels = new KernelThread();
+  kernels->Run(work);
 }
 
 void SetDefaultThreadCount() {

@@ -7,12 +7,14 @@
 
 namespace aotc {
 
-// Runs `work` (which runs TVM kernels), noting that this thread's TVM pool has started. TVM
-// keeps a pool per calling thread; in a forked child the forking thread's pool pointed at
-// workers that do not exist there, and its next parallel kernel waited forever. A
-// pthread_atfork handler resets that pool in the child when the thread had run a model.
-// (Python's runtime does the same: runtime/forks.py.)
-void RunWithLivePool(const std::function<void()>& work);
+// Runs `work` (which runs TVM kernels) on this thread's kernel thread, so that no caller's thread
+// ever starts a TVM pool. TVM keeps a pool per calling thread; in a forked child the forking
+// thread's pool has no workers, and its condition variables still count the parent's sleeping
+// workers as waiters: destroying them (TVM's ResetThreadPool, or the thread-local destructors
+// exit() runs) waited forever. A kernel thread is started per calling thread and joined when
+// that thread ends; a fork copies none, so a child starts new ones. With one TVM thread no pool
+// starts and `work` runs here. (Python's runtime does the same: runtime/forks.py.)
+void RunPooled(const std::function<void()>& work);
 
 // TVM's pool takes half the cores on x86 (it assumes hyper-threads) unless TVM_NUM_THREADS is
 // set when it starts: set it, before the first run, to AOTC_NUM_THREADS or every allowed core.
