@@ -63,3 +63,54 @@ def test_values_match_tvm_fold_constant_and_numerics():
     np.testing.assert_array_equal(results[0][0], results[1][0])  # bit-identical folding
     np.testing.assert_allclose(results[0][0], results[2][0], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def _gather_a_dim(index: int, out_of_range_too: bool = False):
+    """ONNX's Shape -> Gather with a negative index made positive (less/add/where), the dim
+    then scaling the input; optionally a gather past the end, which must stay."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([2, 3, 5], "float32"))
+    i64 = lambda v: relax.const(np.array(v, "int64"), "int64")  # noqa: E731
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            dims = bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(x))))
+            negative = bb.emit(relax.op.less(i64(index), i64(0)))
+            positive = bb.emit(relax.op.where(negative, bb.emit(relax.op.add(i64(index), i64(3))),
+                                              i64(index)))
+            dim = bb.emit(relax.op.take(dims, positive, axis=0))
+            if out_of_range_too:
+                dim = bb.emit(relax.op.add(dim, bb.emit(relax.op.take(dims, i64(3), axis=0))))
+            scale = bb.emit(relax.op.astype(dim, "float32"))
+            out = bb.emit_output(relax.op.multiply(x, scale))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _scaled_by(value: int):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([2, 3, 5], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            dim = bb.emit(relax.const(np.array(value, "int64"), "int64"))
+            scale = bb.emit(relax.op.astype(dim, "float32"))
+            out = bb.emit_output(relax.op.multiply(x, scale))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_dim_gathered_from_a_static_shape_becomes_a_constant():
+    before = _gather_a_dim(-1)
+    after = relax.transform.DeadCodeElimination()(FoldConstantsNumpy()(before))
+    tvm.ir.assert_structural_equal(after, _scaled_by(5))  # casts stay TVM's to fold
+    x = RNG.standard_normal((2, 3, 5)).astype(np.float32)
+    outputs = []
+    for mod in (before, after):
+        vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+        outputs.append(vm["main"](tvm.runtime.tensor(x)).numpy())
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    np.testing.assert_array_equal(outputs[1], x * 5)
+
+
+def test_a_gather_past_the_end_is_left_to_tvm():
+    after = FoldConstantsNumpy()(_gather_a_dim(1, out_of_range_too=True))
+    assert op_counts(relax.transform.DeadCodeElimination()(after))["take"] == 1

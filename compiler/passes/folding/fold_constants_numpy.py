@@ -1,15 +1,20 @@
-"""FoldConstantsNumpy: constant arithmetic and reshaping of common ops computed with numpy.
+"""FoldConstantsNumpy: constant arithmetic, comparisons, shape reads and reshaping of common ops
+computed with numpy.
 
 Why: TVM's FoldConstant compiles every foldable call with LLVM to evaluate it, tens of
 milliseconds each, and a BatchNorm decomposition plus the NHWC conversion leave hundreds of
 such calls on weights (expand_dims, add, sqrt, divide, broadcast_to, transposes), which then
-dominate the compile. numpy computes the same IEEE float results
-(add/subtract/multiply/divide/sqrt are correctly rounded in both) in microseconds.
+dominate the compile. ONNX's Shape -> Gather idiom (a dim read from a static shape, its
+negative index made positive with less/add/where) leaves such calls in most exported graphs.
+numpy computes the same IEEE float results (add/subtract/multiply/divide/sqrt are correctly
+rounded in both), the same comparisons and the same gathers, in microseconds.
 
 What: a call of an op in FOLDERS whose arguments are all constants (or variables bound to
 constants folded here) becomes a constant, if the result has the dtype and shape the binding
-declares. Integer division and casts are left to TVM (their rounding rules differ from
-numpy's). Anything else is left for TVM's FoldConstant, which runs right after.
+declares. ``shape_to_tensor`` of a shape whose dims are all known folds too. Integer division
+and casts are left to TVM (their rounding rules differ from numpy's), as is a ``take`` with an
+index out of range (TVM's fast mode reads no bounds; numpy would wrap or raise). Anything else
+is left for TVM's FoldConstant, which runs right after.
 
 Where: before each FoldConstant of the simplify and layout phases.
 """
@@ -70,15 +75,45 @@ def _to_shape(args, call):
     return np.broadcast_to(args[0], shape).copy()
 
 
+def _compare(fn):
+    def fold(args, _call):
+        a, b = args
+        return fn(a, b) if a.dtype in _ARITHMETIC and b.dtype == a.dtype else None
+    return fold
+
+
+def _where(args, _call):
+    cond, a, b = args
+    return np.where(cond, a, b) if cond.dtype == np.bool_ and a.dtype == b.dtype else None
+
+
+def _take(args, call):
+    data, indices = args
+    axis = call.attrs.axis
+    extent = data.size if axis is None else data.shape[int(axis)]
+    if indices.dtype.kind not in "iu" or np.any(indices < 0) or np.any(indices >= extent):
+        return None
+    return np.take(data, indices, axis=None if axis is None else int(axis))
+
+
+def _shape_to_tensor(_args, call):
+    dims = static_values(getattr(call.args[0], "ty", None))
+    return None if dims is None else np.array(dims, dtype="int64")
+
+
 FOLDERS = {
     "relax.add": _binary(np.add), "relax.subtract": _binary(np.subtract),
     "relax.multiply": _binary(np.multiply), "relax.divide": _binary(np.divide),
     "relax.negative": _unary(np.negative), "relax.sqrt": _unary(np.sqrt),
     "relax.permute_dims": _permute, "relax.expand_dims": _expand_dims,
     "relax.squeeze": _squeeze, "relax.reshape": _to_shape, "relax.broadcast_to": _to_shape,
+    "relax.less": _compare(np.less), "relax.less_equal": _compare(np.less_equal),
+    "relax.greater": _compare(np.greater), "relax.greater_equal": _compare(np.greater_equal),
+    "relax.equal": _compare(np.equal), "relax.not_equal": _compare(np.not_equal),
+    "relax.where": _where, "relax.take": _take, "relax.shape_to_tensor": _shape_to_tensor,
 }
 # the arguments that are data (the rest are shapes, read from the call itself)
-_DATA_ARGS = {"relax.reshape": 1, "relax.broadcast_to": 1}
+_DATA_ARGS = {"relax.reshape": 1, "relax.broadcast_to": 1, "relax.shape_to_tensor": 0}
 
 
 @relax.expr_functor.mutator
