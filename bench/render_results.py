@@ -165,6 +165,17 @@ def batch_cost_table(data: dict) -> list[str]:
             *_table(["engine", "batch", "ms per run", "ms per row", "per row / batch 1"], body)]
 
 
+def parallel_grain_table(data: dict) -> list[str]:
+    """One elementwise kernel per size: TVM's pool against the calling thread."""
+    body = [[str(r["elements"]), r["op"], _f(r["pool_us"]), _f(r["inline_us"]),
+             _f(r["pool_vs_inline"])] for r in data["rows"]]
+    return [f"`y = x + 1` (add) and `y = exp(x) * 0.5 + 1` (exp), float32, "
+            f"{data['threads']} pool threads; microseconds per run, medians of TVM's time "
+            "evaluator.", "",
+            *_table(["elements", "op", "pool us", "calling thread us", "pool / calling thread"],
+                    body)]
+
+
 RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers": ("Standard architectures against peer engines", peers_table),
     "peers_iree": ("Compile time and latency against IREE", peers_table),
@@ -182,6 +193,8 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "batch_cost": ("Serving: what a batch costs per request, small encoder", batch_cost_table),
     "batch_cost_bert_base": ("Serving: what a batch costs per request, BERT-base",
                              batch_cost_table),
+    "parallel_grain": ("Where a parallel loop pays: one kernel on the pool or the calling thread",
+                       parallel_grain_table),
 }
 
 

@@ -11,7 +11,7 @@ from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 from tvm import te, topi
 
-from aotc.compiler.default_schedules.cpu_rules import Contraction, RowReduction, RowWise
+from aotc.compiler.default_schedules.cpu_rules import Contraction, Generic, RowReduction, RowWise
 from aotc.targets import resolve
 
 TARGET = tvm.target.Target(resolve("x86").tvm_target)
@@ -296,3 +296,35 @@ def test_a_long_elementwise_chain_compiles_in_seconds_and_matches_torch(after_co
 
     x = torch.randn(1, 8, 16, 16) if after_conv else torch.randn(1, 64)
     check_against_torch(Chain().eval(), (x,), tmp_path, rtol=1e-5, atol=1e-5)
+
+
+
+def _parallel_loops(sch) -> int:
+    return sum(sch.get(loop).kind == tvm.tirx.ForKind.PARALLEL
+               for block in sch.get_child_blocks(sch.get_sblock("root"))
+               for loop in sch.get_loops(block))
+
+
+def _elementwise_func(shape):
+    x = te.placeholder(shape, name="x")
+    return te.create_prim_func([x, topi.add(topi.exp(x), 1.0)])
+
+
+def _matmul_func(shape):
+    a, b = te.placeholder(shape[:2], name="a"), te.placeholder(shape[1:], name="b")
+    return te.create_prim_func([a, b, topi.matmul(a, b)])
+
+
+@pytest.mark.parametrize("rule, func", [(Generic, _elementwise_func),
+                                        (Contraction, _matmul_func),
+                                        (RowWise, lambda shape: _layer_norm_func(shape[:2]))])
+@pytest.mark.parametrize("shape, small", [((3, 12, 5), True), ((64, 96, 40), False)])
+def test_small_kernels_run_on_the_calling_thread(rule, func, shape, small):
+    """A loop nest under MIN_PARALLEL_WORK iterations gets no parallel loop (a pool launch
+    costs more than the split saves: bench/parallel_grain.py); a larger one does."""
+    from aotc.compiler.default_schedules.cpu_blocks import MIN_PARALLEL_WORK
+    assert (int(np.prod(shape)) < MIN_PARALLEL_WORK) == small
+    with TARGET:
+        sch = rule().apply(func(shape), TARGET, False)
+    assert sch is not None
+    assert (_parallel_loops(sch) == 0) == small

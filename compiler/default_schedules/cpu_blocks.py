@@ -15,6 +15,11 @@ from ..symbolic_padding import multiple_of
 _MAX_ROW_BLOCK = 8
 # Parallel loops shorter than this are not worth a thread-pool launch.
 _MIN_PARALLEL_EXTENT = 2
+# Loop nests of fewer scalar iterations than this run on the calling thread: a launch on
+# TVM's pool (waking or joining its workers) costs more than splitting so little work saves,
+# and it is what collapses beside a busy neighbour. bench/parallel_grain.py measures where a
+# parallel elementwise loop starts to pay (docs/design/measurements.md, cpu_blocks.py).
+MIN_PARALLEL_WORK = 4096
 
 
 def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
@@ -72,8 +77,25 @@ def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
                 n_spatial = len(loops)
     outer = sch.fuse(*loops[:n_spatial]) if n_spatial > 1 else loops[0]
     ext = _extent(sch, outer)
-    if ext is None or ext >= _MIN_PARALLEL_EXTENT:
+    if (ext is None or ext >= _MIN_PARALLEL_EXTENT) and worth_parallel(loop_nest_work(sch, block)):
         sch.parallel(outer)
+
+
+def loop_nest_work(sch: s_tir.Schedule, block) -> int | None:
+    """Scalar iterations of the loops around ``block`` (None when one is symbolic)."""
+    total = 1
+    for loop in sch.get_loops(block):
+        ext = _extent(sch, loop)
+        if ext is None:
+            return None
+        total *= ext
+    return total
+
+
+def worth_parallel(work: int | None) -> bool:
+    """Whether a loop nest of ``work`` iterations goes to the thread pool; symbolic sizes do
+    (they are the large ones: sequence lengths, batches)."""
+    return work is None or work >= MIN_PARALLEL_WORK
 
 
 def touches_bool(sch, block) -> bool:

@@ -14,10 +14,12 @@ from tvm.target import Target
 from .cpu_blocks import (
     CpuRule,
     _extent,
+    loop_nest_work,
     schedule_injective_block,
     small_enough_to_inline,
     touches_bool,
     vector_lanes,
+    worth_parallel,
 )
 
 
@@ -56,7 +58,8 @@ class Generic(CpuRule):
                 sch.vectorize(inner)
                 spatial = [loop for loop, k in zip(loops, kinds) if k == "S"][:-1] + [outer]
                 fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-                sch.parallel(fused)
+                if worth_parallel(loop_nest_work(sch, block)):
+                    sch.parallel(fused)
                 sch.decompose_reduction(block, reduce[0])
                 return
         schedule_injective_block(sch, block, lanes)

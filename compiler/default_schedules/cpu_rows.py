@@ -10,6 +10,8 @@ applies, left the reductions as scalar chains."""
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
@@ -22,6 +24,7 @@ from .cpu_blocks import (
     small_enough_to_inline,
     touches_bool,
     vector_lanes,
+    worth_parallel,
 )
 
 
@@ -58,10 +61,16 @@ class RowWise(CpuRule):
         kept = inline_single_reader_blocks(sch, infos[:-1])
         row_loops = sch.get_loops(last)[:rows]
         task = sch.fuse(*row_loops) if rows > 1 else row_loops[0]
-        sch.parallel(task)
+        if worth_parallel(_work(infos)):
+            sch.parallel(task)
         compute_rows_under(sch, task, kept, lanes)
         schedule_injective_tail(sch, last, lanes)
         return sch
+
+
+def _work(infos) -> int:
+    """Scalar iterations of all the blocks (their domains are static here)."""
+    return sum(math.prod(int(d) for d in info.dom()) for info in infos)
 
 
 def _reductions_read_rows(sch) -> bool:
