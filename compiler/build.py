@@ -14,7 +14,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 from tvm.support import cc
 
-from aotc.atomic import copy_into_place
+from aotc.atomic import replacing
 from aotc.errors import CompileError, TargetError
 from aotc.options import CompileOptions
 from aotc.runtime import artifact
@@ -26,7 +26,7 @@ from .explain import Explanation
 from .frontends import ImportedModel
 from .kernel_table import entry_calls, kernel_table
 from .memory_report import memory_report
-from .packed_imports import incbin_source, pack_imports
+from .packed_imports import imports_packer, write_blob
 from .pipeline import in_phase, run_phases
 from .runtime_deps import check_runtime_only
 
@@ -132,7 +132,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         metadata["buckets"] = bucket_table
     say("phase export")
     export_start = time.perf_counter()
-    in_phase("export", lambda: _export(executable, Path(output), metadata, _fcompile(spec)))
+    in_phase("export", lambda: _export(executable, Path(output), metadata, spec))
     if bucket_table is not None:
         say("checking the buckets' padding")
         _keep_if_right(output, lambda: buckets.verify_padding(output, model.signature,
@@ -156,7 +156,7 @@ def _bucket_costs(executable, metadata: dict, signature, table: dict,
     embeds the costs, so it is written after them)."""
     with tempfile.TemporaryDirectory(prefix="aotc-buckets-") as tmp:
         probe = Path(tmp) / "probe.so"
-        _export(executable, probe, {**metadata, "buckets": table}, _fcompile(spec))
+        _export(executable, probe, {**metadata, "buckets": table}, spec)
         return buckets.symbolic_costs(probe, signature, table)
 
 
@@ -204,16 +204,15 @@ def _add_kv_cache(model: ImportedModel, mod, spec: TargetSpec, target,
     return in_phase("kv cache", lambda: buckets.merge(modules)), generation
 
 
-def _export(executable, output: Path, metadata: dict, fcompile=None) -> None:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="aotc-") as tmp:
-        blob = Path(tmp) / "aotc_metadata.bin"
-        blob.write_bytes(artifact.metadata_blob(metadata))
-        asm_file = Path(tmp) / "aotc_metadata.s"
-        asm_file.write_text(incbin_source("aotc_metadata", str(blob)))
-        staging = Path(tmp) / output.name
-        extra = {"fcompile": fcompile} if fcompile is not None else {}
-        executable.export_library(str(staging), addons=[str(asm_file)], fpack_imports=pack_imports,
+def _export(executable, output: Path, metadata: dict, spec: TargetSpec) -> None:
+    """Link the library straight into a temporary file beside ``output`` (no copy of a
+    model's weights from a staging folder) and move it into place once sealed."""
+    fcompile = _fcompile(spec)
+    extra = {"fcompile": fcompile} if fcompile is not None else {}
+    with tempfile.TemporaryDirectory(prefix="aotc-") as tmp, replacing(output) as staging:
+        metadata_file = write_blob(artifact.metadata_blob(metadata), "aotc_metadata",
+                                   spec.arch, tmp, "aotc_metadata")
+        executable.export_library(str(staging), addons=[metadata_file],
+                                  fpack_imports=imports_packer(spec.arch), workspace_dir=tmp,
                                   **extra)
         artifact.seal(staging)
-        copy_into_place(staging, output)
