@@ -34,12 +34,16 @@ from .shapes import apply_overrides, check_dim_names
 
 
 def read_onnx(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    """Load the model and its external data; returns (model, name for messages)."""
+    """Load the model and its external data; returns (model, name for messages). The model is
+    the import's own: a ModelProto passed in is copied."""
     if isinstance(source, onnx.ModelProto):
         if any(external_data_helper.uses_external_data(t) for t in _initializers(source)):
             raise ModelLoadError("in-memory ModelProto refers to external data files; pass the "
                                  "model's path so they can be resolved in its folder")
-        return source, "<ModelProto>"
+        # the import folds and rewrites in place: the caller's model must stay as it was
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        return model, "<ModelProto>"
     path = Path(source)
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such model file")
