@@ -92,3 +92,22 @@ def test_unsupported_ops_are_listed_up_front(tmp_path):
     with pytest.raises(UnsupportedModelError, match=r"2 unsupported PyTorch op\(s\).*bessel_j0.*"
                                                     r"special_i1e"):
         aotc.compile(Unsupported(), example_inputs=(torch.randn(3),), output=tmp_path / "u.so")
+
+
+def test_a_module_in_training_is_compiled_for_inference_and_keeps_its_modes(tmp_path):
+    """Compiled as in eval mode (batch norm from its running statistics), and handed back in
+    the modes it came in: a model compiled mid-training goes on training."""
+    torch.manual_seed(0)
+    net = SmallNet()
+    net.bn.running_mean.uniform_(-1, 1)
+    net.bn.running_var.uniform_(0.5, 2)
+    net.train()
+    net.fc.eval()  # a mixed state is kept as it is too
+    modes = {name: m.training for name, m in net.named_modules()}
+    x = torch.randn(2, 3, 16, 16)
+    aotc.compile(net, example_inputs=(x,), output=tmp_path / "m.so")
+    assert {name: m.training for name, m in net.named_modules()} == modes
+    with torch.no_grad():
+        want = net.eval()(x).numpy()
+    got = aotc.load(tmp_path / "m.so")(x=x.numpy())
+    assert abs(next(iter(got.values())) - want).max() < 1e-5

@@ -21,11 +21,16 @@ def _export(module, example_inputs):
         raise ModelLoadError("a torch.nn.Module needs example_inputs (a tuple of tensors)")
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    # exported for inference; the caller's module (mid-training, say) keeps its modes
+    modes = {sub: sub.training for sub in module.modules()}
     try:
         return torch.export.export(module.eval(), tuple(example_inputs))
     except Exception as err:
         raise ModelLoadError(f"torch.export failed for {type(module).__name__}: "
                              f"{type(err).__name__}: {str(err).splitlines()[0]}") from err
+    finally:
+        for sub, training in modes.items():
+            sub.training = training
 
 
 def _load_pt2(path: Path, trust_pickle: bool = False):
