@@ -494,9 +494,12 @@ REWRITES: dict[str, Rewrite] = {
 
 
 def apply_rewrites(model: onnx.ModelProto, info: GraphInfo) -> tuple[onnx.ModelProto, dict]:
-    """A copy of ``model`` with every applicable rewrite done; returns (model, {op: count})."""
+    """A copy of ``model`` with every applicable rewrite done; returns (model, {op: count}).
+    ``model`` itself when none applies (a copy holds every weight again)."""
     counts: dict[str, int] = {}
     nodes = _rewrite_nodes(list(model.graph.node), info, counts)
+    if not counts:
+        return model, counts
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
