@@ -7,8 +7,10 @@ import platform
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -24,6 +26,8 @@ from .exotic_dtypes import to_numpy, to_tvm
 from .parallelism import Parallelism
 from .signature import ModelSignature, TensorSpec
 from .thread_placement import PLACEMENT
+
+T = TypeVar("T")
 
 
 class Model:
@@ -223,6 +227,14 @@ class Model:
         if not self.device.is_host:
             outputs = [self.device.download(o) for o in outputs]
         return outputs
+
+    def on_kernel_thread(self, work: Callable[[], T]) -> T:
+        """``work()`` where this model's pooled runs happen: this thread's kernel thread
+        (runtime/forks.py), or this thread where no CPU pool starts (see _pool_work). For
+        callers that call the library's kernels themselves (the profiler)."""
+        if not self.device.is_host or self._threads < 2:
+            return work()
+        return forks.run_pooled(work)
 
     def _pool_work(self, function, tensors: list):
         """The run in pool mode: on this thread's kernel thread, where TVM's pool lives

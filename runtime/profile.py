@@ -174,11 +174,15 @@ def _time_kernel(model: Model, entry: dict, repeats: int, sizes: dict) -> Kernel
         args = [value if isinstance(value, int) else
                 to_tvm(model.ffi, _synthetic(value, arg["dtype"]))
                 for value, arg in zip(shapes, entry["args"])]
-        function(*args)  # warm-up; also surfaces a kernel's own checks
+        # on the kernel thread, as the model's own runs: a caller's thread that starts TVM's
+        # pool cannot fork safely afterwards (runtime/forks.py); one hop per kernel, not per call
+        run = model.on_kernel_thread
+        run(lambda: function(*args))  # warm-up; also surfaces a kernel's own checks
     except (RuntimeError, ValueError, TypeError, IndexError) as err:
         timing.note = f"could not run: {type(err).__name__}: {str(err).strip()[:80]}"
         return timing
-    timing.ms_per_call = median_ms(lambda: PLACEMENT.run(lambda: function(*args)), repeats)
+    timing.ms_per_call = run(lambda: median_ms(lambda: PLACEMENT.run(lambda: function(*args)),
+                                               repeats))
     return timing
 
 

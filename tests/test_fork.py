@@ -73,6 +73,11 @@ for _ in range(100):  # the kernel thread ends once it reads the stop its owner'
     threading.Event().wait(0.01)
 model.run(feed)
 sys.exit(0 if kernel_threads() == 1 else 5)""",
+    "profile-then-fork": """
+from aotc.runtime.profile import profile
+report = profile(model, repeats=3)  # calls the kernels one by one, as `aotc profile` does
+model.run(feed)
+sys.exit(in_child(lambda: same(model.run(feed))) or in_child(lambda: True))""",
     "multiprocessing-fork": """
 import multiprocessing as mp
 model.run(feed)
