@@ -328,3 +328,22 @@ def test_small_kernels_run_on_the_calling_thread(rule, func, shape, small):
         sch = rule().apply(func(shape), TARGET, False)
     assert sch is not None
     assert (_parallel_loops(sch) == 0) == small
+
+
+def test_rules_for_reductions_refuse_kernels_without_one_before_their_analysis(monkeypatch):
+    """Contraction, PackedDot, RowWise, Attention and RowReduction take only kernels with a
+    reduction block; an elementwise kernel is refused by has_reduction, without the rule's
+    own analysis (normalize_prim_func on a fresh schedule, once per rule)."""
+    from aotc.compiler.default_schedules import cpu_blocks, cpu_contraction
+    from aotc.compiler.default_schedules.cpu_blocks import has_reduction
+    elementwise = _elementwise_func((4, 5))
+    assert not has_reduction(elementwise)
+    assert has_reduction(_matmul_func((4, 5, 6))) and has_reduction(_softmax_func((2, 8)))
+
+    def analysis(*_args):
+        raise AssertionError("the rule analysed a kernel without a reduction")
+    monkeypatch.setattr(cpu_contraction, "normalize_prim_func", analysis)
+    assert Contraction().apply(elementwise, TARGET, False) is None
+    assert RowReduction().apply(elementwise, TARGET, False) is None
+    assert Generic().apply(elementwise, TARGET, False) is not None
+    assert cpu_blocks.CpuRule.needs_reduction is False

@@ -42,6 +42,8 @@ def _attention_blocks(sch: s_tir.Schedule):
 class Attention(CpuRule):
     """See the module docstring."""
 
+    needs_reduction = True
+
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         found = _attention_blocks(sch)
         if found is None:

@@ -188,10 +188,42 @@ class CpuRule(ScheduleRule):
     rule does not take. ``schedule`` also runs on MetaSchedule's traced schedules
     (schedules/space.py), which is why it is a method of its own."""
 
+    # Rules that take only kernels with a reduction block (contractions, norms, attention)
+    # set this: a kernel without one (most elementwise and layout kernels) is refused before
+    # the rule's own analysis, which each such rule would otherwise run on it in turn.
+    needs_reduction = False
+
     def apply(self, func, target: Target, tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        if self.needs_reduction and not has_reduction(func):
             return None
         return self.schedule(s_tir.Schedule(func), target, tunable)
 
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         raise NotImplementedError
+
+
+# (function, answer) of the last has_reduction question: the rules ask in turn about one kernel
+_LAST_REDUCTION_ANSWER: tuple = (None, False)
+
+
+def has_reduction(func: tirx.PrimFunc) -> bool:
+    """Whether a block of ``func``, at any depth, has a reduction iter var (True when its
+    blocks cannot be read: the rules then decide for themselves)."""
+    global _LAST_REDUCTION_ANSWER
+    last = _LAST_REDUCTION_ANSWER
+    if last[0] is func:
+        return last[1]
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    except Exception:  # no root block (hand-written TIR)
+        return True
+    answer = False
+    while blocks and not answer:
+        block = blocks.pop()
+        answer = any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+        blocks.extend(sch.get_child_blocks(block))
+    _LAST_REDUCTION_ANSWER = (func, answer)
+    return answer

@@ -221,6 +221,8 @@ class TilePlan:
 class Contraction(CpuRule):
     """Register-blocked, vectorized schedule for conv2d (NHWC/HWIO), matmul and batch matmul."""
 
+    needs_reduction = True
+
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         """Schedule the ``main`` of ``sch`` in place (``sch`` may be MetaSchedule's traced
         schedule: schedules/space.py); None when the kernel is not a contraction. With

@@ -194,6 +194,8 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
 class PackedDot(CpuRule):
     """Tensorized schedule of the packed contraction kernels (their pad, crop and epilogue)."""
 
+    needs_reduction = True
+
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False,
                  pixels: bool | None = None):
         """Schedule ``sch``'s main in place (``sch`` may be MetaSchedule's traced schedule:

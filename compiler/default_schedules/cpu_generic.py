@@ -14,6 +14,7 @@ from tvm.target import Target
 from .cpu_blocks import (
     CpuRule,
     _extent,
+    has_reduction,
     loop_nest_work,
     schedule_injective_block,
     small_enough_to_inline,
@@ -128,7 +129,8 @@ class RowReduction(dl.cpu.Reduction):
     each of the 1000 outputs."""
 
     def apply(self, func, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or not _leading_spatial_axes_agree(func):
+        if not isinstance(func, tirx.PrimFunc) or not has_reduction(func) or \
+                not _leading_spatial_axes_agree(func):
             return None
         if not _reduces_innermost(func):
             return None

@@ -31,6 +31,8 @@ from .cpu_blocks import (
 class RowWise(CpuRule):
     """See the module docstring."""
 
+    needs_reduction = True
+
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         if not _reductions_read_rows(sch):
             return None
