@@ -228,19 +228,22 @@ class Model:
             outputs = [self.device.download(o) for o in outputs]
         return outputs
 
+    def _starts_pool(self) -> bool:
+        """Whether this model's kernels start a CPU thread pool (not with one thread, nor on a
+        device that is not the host)."""
+        return self.device.is_host and self._threads >= 2
+
     def on_kernel_thread(self, work: Callable[[], T]) -> T:
         """``work()`` where this model's pooled runs happen: this thread's kernel thread
-        (runtime/forks.py), or this thread where no CPU pool starts (see _pool_work). For
-        callers that call the library's kernels themselves (the profiler)."""
-        if not self.device.is_host or self._threads < 2:
-            return work()
-        return forks.run_pooled(work)
+        (runtime/forks.py), or this thread where no CPU pool starts. For callers that call the
+        library's kernels themselves (the profiler)."""
+        return forks.run_pooled(work) if self._starts_pool() else work()
 
     def _pool_work(self, function, tensors: list):
         """The run in pool mode: on this thread's kernel thread, where TVM's pool lives
-        (runtime/forks.py), placed around the pool's workers. None where no CPU pool starts
-        (one thread, or a device that is not the host): the run stays on this thread."""
-        if not self.device.is_host or self._threads < 2:
+        (runtime/forks.py), placed around the pool's workers. None where no CPU pool starts:
+        the run stays on this thread."""
+        if not self._starts_pool():
             return None
         return lambda: forks.run_pooled(lambda: PLACEMENT.run(lambda: function(*tensors)))
 

@@ -77,7 +77,7 @@ def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
                 n_spatial = len(loops)
     outer = sch.fuse(*loops[:n_spatial]) if n_spatial > 1 else loops[0]
     ext = _extent(sch, outer)
-    if (ext is None or ext >= _MIN_PARALLEL_EXTENT) and worth_parallel(loop_nest_work(sch, block)):
+    if (ext is None or ext >= _MIN_PARALLEL_EXTENT) and parallel_pays(sch, block):
         sch.parallel(outer)
 
 
@@ -96,6 +96,11 @@ def worth_parallel(work: int | None) -> bool:
     """Whether a loop nest of ``work`` iterations goes to the thread pool; symbolic sizes do
     (they are the large ones: sequence lengths, batches)."""
     return work is None or work >= MIN_PARALLEL_WORK
+
+
+def parallel_pays(sch: s_tir.Schedule, block) -> bool:
+    """Whether the loops around ``block`` go to the thread pool (worth_parallel)."""
+    return worth_parallel(loop_nest_work(sch, block))
 
 
 def touches_bool(sch, block) -> bool:

@@ -22,11 +22,10 @@ from .cpu_blocks import (
     _extent,
     _largest_divisor,
     accumulator_vectors,
-    loop_nest_work,
+    parallel_pays,
     schedule_injective_block,
     small_enough_to_inline,
     vector_lanes,
-    worth_parallel,
 )
 from .cpu_depthwise import Window, find_window, inline_into_window, place_window, window_rows
 
@@ -153,7 +152,7 @@ def _pad_ragged_tile(sch: s_tir.Schedule, main, lanes: int) -> bool:
 def _parallelize_outer(sch: s_tir.Schedule, block) -> None:
     """Parallel over the block's fused loops, nothing vectorized."""
     loops = sch.get_loops(block)
-    if worth_parallel(loop_nest_work(sch, block)):
+    if parallel_pays(sch, block):
         sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
 
 
@@ -359,7 +358,7 @@ class Contraction(CpuRule):
         parallel = [*outer, plan.col_outer] if plan.pixels_first else [plan.col_outer, *outer]
         sch.reorder(*parallel, *reduce, *inner)
         tile = sch.fuse(*parallel)
-        if worth_parallel(loop_nest_work(sch, block)):
+        if parallel_pays(sch, block):
             sch.parallel(tile)
         if plan.window is not None:  # under the tap rows; the taps of a row unrolled over it
             place_window(sch, plan.window, reduce[0])

@@ -15,12 +15,11 @@ from .cpu_blocks import (
     CpuRule,
     _extent,
     has_reduction,
-    loop_nest_work,
+    parallel_pays,
     schedule_injective_block,
     small_enough_to_inline,
     touches_bool,
     vector_lanes,
-    worth_parallel,
 )
 
 
@@ -59,7 +58,7 @@ class Generic(CpuRule):
                 sch.vectorize(inner)
                 spatial = [loop for loop, k in zip(loops, kinds) if k == "S"][:-1] + [outer]
                 fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-                if worth_parallel(loop_nest_work(sch, block)):
+                if parallel_pays(sch, block):
                     sch.parallel(fused)
                 sch.decompose_reduction(block, reduce[0])
                 return
