@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from .frontends import ImportedModel
 from .kernel_table import entry_calls, kernel_table
 from .memory_report import memory_report
 from .packed_imports import imports_packer, write_blob
+from .passes.lowering import OrderShapeFuncStores
 from .pipeline import in_phase, run_phases
 from .runtime_deps import check_runtime_only
 
@@ -36,6 +38,17 @@ Progress = Callable[[str], None]
 def versions() -> dict:
     return {pkg: importlib.metadata.version(pkg)
             for pkg in ("aotc", "apache-tvm", "apache-tvm-ffi")}
+
+
+def build_time() -> int:
+    """The build's Unix time: ``SOURCE_DATE_EPOCH`` where set (reproducible-builds.org's
+    convention, so that the same inputs give the same ``.so`` bit for bit), else now."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is None:
+        return int(time.time())
+    if not epoch.isdigit():
+        raise CompileError(f"SOURCE_DATE_EPOCH must be a non-negative integer, not {epoch!r}")
+    return int(epoch)
 
 
 def _prepare_cuda(spec: TargetSpec) -> None:
@@ -54,7 +67,8 @@ def finalize_pipeline(spec: TargetSpec, target: tvm.target.Target) -> tvm.transf
     pipeline, prepare = FINALIZE[spec.backend]
     prepare(spec)
     return tvm.transform.Sequential(pipeline.dataflow_lower_passes(target)
-                                    + pipeline.finalize_passes(target))
+                                    + pipeline.finalize_passes(target)
+                                    + [OrderShapeFuncStores()])
 
 
 def check_toolchain(spec: TargetSpec) -> None:
@@ -115,7 +129,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
         "tuned_kernels": tuned_functions(mod),
         "memory": in_phase("memory report", lambda: memory_report(mod, target)),
         "kernels": kernel_table(mod),
-        "built_unix_time": int(time.time()),
+        "built_unix_time": build_time(),
     }
     metadata["tuning"] = tuning_share(mod, metadata["kernels"])
     if options.int8_ranges:

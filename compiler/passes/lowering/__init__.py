@@ -17,6 +17,7 @@ from ..step import REQUIRED, Step, enabled
 from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32
 from .materialize_empty_constants import MaterializeEmptyConstants
+from .ordered_shape_stores import OrderShapeFuncStores
 from .scalar_kernels_apart import ScalarKernelsApart
 from .self_contained_kernels import SelfContainedKernels
 
@@ -45,7 +46,8 @@ def steps(options: CompileOptions) -> list[Step]:
             Step(relax.transform.FuseTIR(), 1)]
 
 
-__all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "ScalarKernelsApart",
+__all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "OrderShapeFuncStores",
+           "ScalarKernelsApart",
            "SelfContainedKernels",
            "VECTOR_MATH_LEVEL",
            "VECTOR_MATH_NAME", "steps"]
