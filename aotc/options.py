@@ -66,7 +66,8 @@ class CompileOptions:
     disabled_passes: pass names (as ``--explain`` prints them) skipped on top of the level;
         a pass correctness needs cannot be disabled.
     explain: record, pass by pass, the time and what changed (ops, kernels).
-    dump_ir: a folder; the IR after every pass is written there.
+    dump_ir: a folder; the IR after every pass is written there (the entries that
+        ``buckets`` and ``kv_capacity`` add: in a subfolder each, named by entry).
     int8_ranges: site name (compiler/contraction_sites.py) -> (low, high) of its activation, as
         calibration measured it, or DYNAMIC (measured on every run) (aotc.compile(quantize=...)
         fills it): those contractions run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import tempfile
@@ -184,6 +185,14 @@ def _keep_if_right(output, check: Callable[[], None]) -> None:
         raise
 
 
+def _entry_options(options: CompileOptions, entry: str) -> CompileOptions:
+    """The options an extra entry's optimization runs with: its IR dumps go to a folder of
+    their own inside ``--dump-ir`` (they would overwrite the main entry's files)."""
+    if options.dump_ir is None:
+        return options
+    return dataclasses.replace(options, dump_ir=options.dump_ir / entry)
+
+
 def _add_buckets(model: ImportedModel, mod, spec: TargetSpec, target, options: CompileOptions,
                  say: Progress):
     """The symbolic module merged with one optimized module per bucket combination; returns
@@ -195,8 +204,8 @@ def _add_buckets(model: ImportedModel, mod, spec: TargetSpec, target, options: C
     for sizes in buckets.combinations(options.buckets):
         say(f"bucket {sizes}")
         name = buckets.entry_name(sizes)
-        modules[name[len("main"):]] = in_phase("optimize", lambda s=sizes: run_phases(
-            buckets.specialize(model.mod, s), spec, target, options))
+        modules[name[len("main"):]] = in_phase("optimize", lambda s=sizes, n=name: run_phases(
+            buckets.specialize(model.mod, s), spec, target, _entry_options(options, n)))
         key = ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
         table["entries"][key], table["sizes"][key] = name, sizes
     return in_phase("buckets", lambda: buckets.merge(modules)), table
@@ -211,8 +220,8 @@ def _add_kv_cache(model: ImportedModel, mod, spec: TargetSpec, target,
     modules = {"": mod}
     for name, entry in kv_cache.entries(model.mod, model.signature, roles, capacity).items():
         say(f"KV-cache entry {name} (capacity {capacity})")
-        modules["_" + name] = in_phase("optimize", lambda m=entry: run_phases(
-            m, spec, target, options))
+        modules["_" + name] = in_phase("optimize", lambda m=entry, n=name: run_phases(
+            m, spec, target, _entry_options(options, "main_" + n)))
     generation = kv_cache.table(model.signature, roles, capacity)
     generation["entries"] = {name: "main_" + name for name in ("prefill", "decode")}
     return in_phase("kv cache", lambda: buckets.merge(modules)), generation

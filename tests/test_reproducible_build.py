@@ -1,8 +1,9 @@
 """The same model compiled twice, each time in its own process, gives the same ``.so`` bit for
 bit (with ``SOURCE_DATE_EPOCH`` fixing the build time the metadata records). The model has
-symbolic batch and sequence dims, so its VM computes shapes in a ``shape_func`` whose stores
-TVM lists in an order that varies between processes (compiler/passes/lowering/
-ordered_shape_stores.py); without that pass, four compiles gave four different libraries."""
+symbolic batch, sequence and past lengths, so TVM orders two things differently from process
+to process: the stores of its VM's ``shape_func`` (compiler/passes/lowering/
+ordered_shape_stores.py; without that pass four compiles gave four libraries) and the dims a
+kernel over ``past_len + seq`` takes as scalars (sorted_scalar_params.py)."""
 
 import os
 import subprocess
@@ -23,20 +24,23 @@ class _Heads(torch.nn.Module):
         super().__init__()
         self.q, self.o = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
 
-    def forward(self, x):
+    def forward(self, x, past):
         batch, tokens, _ = x.shape
+        keys = torch.cat([past, x], 1)
         q = self.q(x).reshape(batch, tokens, 4, 4).transpose(1, 2)
-        mixed = torch.softmax(q @ q.transpose(-1, -2), -1) @ q
-        return self.o(mixed.transpose(1, 2).reshape(batch, tokens, 16))
+        k = self.q(keys).reshape(batch, -1, 4, 4).transpose(1, 2)
+        mixed = torch.softmax(q @ k.transpose(-1, -2), -1) @ k
+        return self.o(mixed.transpose(1, 2).reshape(batch, tokens, 16)), keys.sum(-1).tanh()
 
 
 @pytest.fixture(scope="module")
 def symbolic_model(tmp_path_factory):
     path = tmp_path_factory.mktemp("heads") / "heads.onnx"
     torch.manual_seed(0)
-    torch.onnx.export(_Heads().eval(), (torch.randn(2, 7, 16),), str(path), input_names=["x"],
-                      opset_version=17, dynamo=False,
-                      dynamic_axes={"x": {0: "batch", 1: "seq"}})
+    torch.onnx.export(_Heads().eval(), (torch.randn(2, 7, 16), torch.randn(2, 3, 16)), str(path),
+                      input_names=["x", "past"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {0: "batch", 1: "seq"},
+                                    "past": {0: "batch", 1: "past_len"}})
     return path
 
 
@@ -54,11 +58,13 @@ def test_two_compiles_give_the_same_library(symbolic_model, tmp_path):
     model = aotc.load(tmp_path / "a.so")
     assert model.metadata["built_unix_time"] == 1700000000  # recorded: the bytes depend on it
     session = ort.InferenceSession(str(symbolic_model), providers=["CPUExecutionProvider"])
-    for shape in ((1, 5, 16), (3, 17, 16)):  # odd sequence lengths: padded shapes in the heap
-        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-        got = model.run({"x": x})
-        want = session.run(None, {"x": x})[0]
-        np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-4, atol=1e-5)
+    rng = np.random.default_rng(1)
+    for batch, seq, past in ((1, 5, 2), (3, 17, 11)):  # odd lengths: padded shapes in the heap
+        feed = {"x": rng.standard_normal((batch, seq, 16)).astype(np.float32),
+                "past": rng.standard_normal((batch, past, 16)).astype(np.float32)}
+        got = list(model.run(feed).values())
+        for ours, theirs in zip(got, session.run(None, feed), strict=True):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
 def test_source_date_epoch_must_be_an_integer(monkeypatch):

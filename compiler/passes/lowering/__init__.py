@@ -20,6 +20,7 @@ from .materialize_empty_constants import MaterializeEmptyConstants
 from .ordered_shape_stores import OrderShapeFuncStores
 from .scalar_kernels_apart import ScalarKernelsApart
 from .self_contained_kernels import SelfContainedKernels
+from .sorted_scalar_params import SortScalarParams
 
 # Not a pass of its own: the float32 exp/erf/tanh/sigmoid entries of LegalizeOps' map.
 VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
@@ -38,6 +39,8 @@ def steps(options: CompileOptions) -> list[Step]:
                  "compiler at run time"),
             Step(relax.backend.DispatchSortScan(), REQUIRED, "codegen cannot emit sort/scan ops"),
             Step(relax.transform.LegalizeOps(legalize_map), REQUIRED, "ops become kernels here"),
+            Step(SortScalarParams(), REQUIRED, "LegalizeOps orders a kernel's dims differently "
+                 "in each process: the same model would build different libraries"),
             Step(relax.transform.AnnotateTIROpPattern(), REQUIRED, "fusion reads the patterns"),
             Step(ScalarKernelsApart(), REQUIRED, "FuseTIR fails on shape kernels fused with "
                  "their consumers"),
@@ -48,6 +51,6 @@ def steps(options: CompileOptions) -> list[Step]:
 
 __all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "OrderShapeFuncStores",
            "ScalarKernelsApart",
-           "SelfContainedKernels",
+           "SelfContainedKernels", "SortScalarParams",
            "VECTOR_MATH_LEVEL",
            "VECTOR_MATH_NAME", "steps"]
