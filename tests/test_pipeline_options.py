@@ -80,3 +80,23 @@ def test_memory_report_plans_below_the_unplanned_sum(tmp_path):
     # the conv output alone: 1x16x12x12 float32
     assert memory["unplanned_bytes"] >= 16 * 12 * 12 * 4
     assert "activation memory: planned" in meta["explain"]["table"]
+
+
+def test_dump_ir_keeps_each_bucket_entry_apart(tmp_path):
+    """A bucket entry runs the pipeline again: its IR goes to a subfolder, not over main's."""
+    import onnx
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "rows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    path = tmp_path / "rows.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    aotc.compile(path, output=tmp_path / "rows.so", options=aotc.CompileOptions(
+        dump_ir=tmp_path / "ir", buckets={"n": (8,)}))
+    main_files = {p.name for p in (tmp_path / "ir").iterdir() if p.is_file()}
+    entries = [p for p in (tmp_path / "ir").iterdir() if p.is_dir()]
+    assert [p.name for p in entries] == ["main_n8"]
+    assert {p.name for p in entries[0].iterdir()} == main_files
+    assert '"n"' in (tmp_path / "ir" / "00_imported.py").read_text()  # main's symbolic dim
+    assert '"n"' not in (entries[0] / "00_imported.py").read_text()
