@@ -64,3 +64,45 @@ def models_run_in_a_fresh_process(request, monkeypatch):
 
     import aotc.runtime
     monkeypatch.setattr(aotc.runtime, "load", fresh_runner.load)
+
+
+# The order pytest-xdist deals work in (pyproject.toml passes --no-loadscope-reorder, so its
+# queue follows the collection order set here). The two conformance suites run two processes
+# of their own; the farm tests mostly wait on servers and timeouts. Started first, side by
+# side, the waits overlap the suites' computing instead of leaving a core idle late in the run.
+# Then the other xdist groups, largest first (as xdist's own reordering would), then the rest
+# one by one in file order.
+FIRST = ("tests/conformance/test_conformance.py::test_node_suite_has_no_regressions",
+         "@test_farm", "tests/test_farm_daemons.py::",
+         "tests/conformance/test_conformance.py::test_torch_sweep_sample_has_no_regressions")
+
+
+def _group(item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return None if marker is None else (marker.args[0] if marker.args else
+                                        marker.kwargs.get("name"))
+
+
+def dealing_order(items: list) -> list:
+    """``items`` in the order described above (stable within each part)."""
+    sizes: dict[str, int] = {}
+    for item in items:
+        group = _group(item)
+        if group is not None:
+            sizes[group] = sizes.get(group, 0) + 1
+
+    def key(indexed):
+        index, item = indexed
+        nodeid, group = item.nodeid, _group(item)
+        for rank, pattern in enumerate(FIRST):
+            if pattern.startswith("@") and group == pattern[1:] or pattern in nodeid:
+                return (0, rank, index)
+        if group is not None:
+            return (1, -sizes[group], group, index)
+        return (2, index)
+    return [item for _, item in sorted(enumerate(items), key=key)]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    items[:] = dealing_order(items)
