@@ -94,6 +94,12 @@ def test_a_kernel_referenced_outside_call_tir_is_left_alone():
     assert SortScalarParams()(Passed).same_as(Passed)
 
 
+def test_an_exported_kernel_keeps_its_signature():
+    exported = Before.with_attr("unused", 0)  # a copy of the module
+    exported["fill"] = Before["fill"].with_attr("global_symbol", "fill")
+    assert SortScalarParams()(exported).same_as(exported)
+
+
 def test_scalars_sharing_a_name_are_left_alone():
     """No order by name exists for them (TVMScript cannot spell such a kernel: built here)."""
     first, second = tvm.tirx.Var("n", "int64"), tvm.tirx.Var("n", "int64")

@@ -11,7 +11,8 @@ process: the same model compiled to different bytes, and a tuning record for suc
 How: after LegalizeOps, for each PrimFunc that only ``call_tir`` calls (one argument tuple
 form for every call), the scalar parameters among those the tuple binds are sorted by name
 in the positions they held, and each call's tuple is permuted the same way. A kernel whose
-scalars share a name, or that is referenced any other way, is left as it is.
+scalars share a name, that is referenced any other way, or that has a ``global_symbol`` (its
+signature is then an interface others may call) is left as it is.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def _plans(mod: tvm.IRModule) -> dict[str, list[int]]:
         name = gvar.name_hint
         sizes = tuple_sizes.get(name, set())
         if not isinstance(func, tirx.PrimFunc) or len(sizes) != 1 or None in sizes or \
-                references[name] != calls[name]:
+                references[name] != calls[name] or "global_symbol" in (func.attrs or {}):
             continue
         order = permutation(func, next(iter(sizes)))
         if order is not None:
