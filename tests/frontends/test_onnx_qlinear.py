@@ -2,8 +2,15 @@
 quantization in QDQ and QOperator formats (QLinearConv, QLinearMatMul and the com.microsoft
 QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearSigmoid, QLinearGlobalAveragePool,
 QLinearAveragePool), and dynamic quantization (DynamicQuantizeLinear, MatMulInteger).
-onnxruntime requantizes exact int32 sums, aotc the float op's result: outputs agree to about
-one quantization step of the output (atol: 2% of the output's range)."""
+
+QOperator models match onnxruntime exactly or nearly. In QDQ models onnxruntime fuses the
+pattern into integer kernels and aotc computes the graph's float ops: where a value lands near
+a rounding boundary of a QuantizeLinear, one quantization step flips and later layers carry
+it, up to a few steps of the output. So each test checks that aotc is as accurate as
+onnxruntime's int8 against the float model (its error at most onnxruntime's plus 2% of the
+output's range), and that the outputs agree with onnxruntime's within 2% of that range (5%
+for QDQ). Every test draws its data from its own
+seed: module-wide random state made the data depend on which tests a worker ran before."""
 
 import numpy as np
 import onnx
@@ -21,16 +28,15 @@ from onnxruntime.quantization import (
 
 import aotc
 
-RNG = np.random.default_rng(0)
+
+def _w(rng, name, *shape):
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.2, name)
 
 
-def _w(name, *shape):
-    return numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32) * 0.2, name)
-
-
-def branchy_cnn() -> onnx.ModelProto:
+def branchy_cnn(rng=None) -> onnx.ModelProto:
     """conv -> (sigmoid * conv) + conv, concat, average pool, matmul: the ops whose QOperator
     forms are com.microsoft contrib ops."""
+    rng = rng or np.random.default_rng(0)
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Sigmoid", ["c1"], ["s"]),
@@ -45,33 +51,38 @@ def branchy_cnn() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes, "branchy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        [_w("w1", 16, 8, 3, 3), _w("b1", 16), _w("w2", 16, 16, 3, 3), _w("b2", 16),
-         _w("fc", 32 * 36, 10), numpy_helper.from_array(np.array([1, -1], np.int64), "shape")])
+        [_w(rng, "w1", 16, 8, 3, 3), _w(rng, "b1", 16), _w(rng, "w2", 16, 16, 3, 3),
+         _w(rng, "b2", 16), _w(rng, "fc", 32 * 36, 10),
+         numpy_helper.from_array(np.array([1, -1], np.int64), "shape")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 class _Reader(CalibrationDataReader):
-    def __init__(self):
-        self.samples = iter([{"x": RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    def __init__(self, rng):
+        self.samples = iter([{"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
                              for _ in range(8)])
 
     def get_next(self):
         return next(self.samples, None)
 
 
-def _check(path, tmp_path, feed):
+def _check(path, float_path, tmp_path, feed, agree=0.02):
     aotc.compile(path, "x86", tmp_path / "q.so")
     want = ort.InferenceSession(str(path)).run(None, feed)[0]
+    exact = ort.InferenceSession(str(float_path)).run(None, feed)[0]
     got = list(aotc.load(tmp_path / "q.so").run(feed).values())[0]
-    np.testing.assert_allclose(got, want, atol=0.02 * (want.max() - want.min()))
+    span = want.max() - want.min()
+    np.testing.assert_allclose(got, want, atol=agree * span)
+    assert np.abs(got - exact).max() <= np.abs(want - exact).max() + 0.02 * span
 
 
 @pytest.mark.parametrize("builder", [tiny_cnn, branchy_cnn])
 @pytest.mark.parametrize("fmt", [QuantFormat.QOperator, QuantFormat.QDQ])
 def test_static_quantized(builder, fmt, tmp_path):
     float_path, path = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(builder(), float_path)
-    quantize_static(str(float_path), str(path), _Reader(), quant_format=fmt, per_channel=True,
+    rng = np.random.default_rng([fmt.value, builder is branchy_cnn])
+    onnx.save(branchy_cnn(rng) if builder is branchy_cnn else builder(), float_path)
+    quantize_static(str(float_path), str(path), _Reader(rng), quant_format=fmt, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     ops = {n.op_type for n in onnx.load(path).graph.node}
     if fmt == QuantFormat.QOperator:
@@ -79,12 +90,16 @@ def test_static_quantized(builder, fmt, tmp_path):
         if builder is branchy_cnn:
             assert {"QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid",
                     "QLinearAveragePool", "QLinearMatMul"} <= ops, ops
-    _check(path, tmp_path, {"x": RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)})
+    _check(path, float_path, tmp_path,
+           {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)},
+           agree=0.05 if fmt == QuantFormat.QDQ else 0.02)
 
 
 def test_dynamic_quantized(tmp_path):
     float_path, path = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(branchy_cnn(), float_path)
+    rng = np.random.default_rng(2)
+    onnx.save(branchy_cnn(rng), float_path)
     quantize_dynamic(str(float_path), str(path), weight_type=QuantType.QInt8)
     assert "MatMulInteger" in {n.op_type for n in onnx.load(path).graph.node}
-    _check(path, tmp_path, {"x": RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)})
+    _check(path, float_path, tmp_path,
+           {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)})
