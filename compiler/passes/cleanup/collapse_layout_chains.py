@@ -49,8 +49,8 @@ class CollapseLayoutChains:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         reshape, x = _reshape_chain()
-        mod = rewrite_module(mod, reshape,
-                             lambda expr, m: relax.op.reshape(m[x], expr.args[1]))
+        mod = rewrite_module(mod, reshape, lambda expr, m: relax.op.reshape(m[x], expr.args[1]),
+                             opaque_constants=True)  # reads shapes only
         permute, inner, source = _permute_chain()
         single_use = single_use_values(mod)
 

@@ -39,4 +39,5 @@ class RemoveIdentityBroadcast:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         source = wildcard()
         pattern = is_op("relax.broadcast_to")(source, wildcard())
-        return rewrite_module(mod, pattern, lambda orig, matches: _rewrite(orig, matches, source))
+        return rewrite_module(mod, pattern, lambda orig, matches: _rewrite(orig, matches, source),
+                              opaque_constants=True)  # reads shapes only
