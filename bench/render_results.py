@@ -52,8 +52,22 @@ def _provenance(data: dict) -> list[str]:
 def _ratio_columns(rows: list[dict]) -> list[str]:
     keys = []
     for row in rows:
-        keys += [k for k in row if "_vs_" in k and k not in keys]
+        keys += [k for k in row if "_vs_" in k and k not in keys and not k.endswith("_compile")]
     return keys
+
+
+def _compile_ratios(rows: list[dict]) -> list[str]:
+    """aotc's compile time over each peer's, the median of per-round ratios (with
+    --compile-rounds above 1)."""
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k.endswith("_compile") and "_vs_" in k and k not in keys]
+    if not keys:
+        return []
+    header = ["model", *(k[:-len("_compile")].replace("_vs_", " / ") + " compile" for k in keys)]
+    rounds = max(len(r.get("compile_rounds", [])) for r in rows)
+    return [f"Compile time ratio (median of {rounds} alternated builds):", "",
+            *_table(header, [[r["model"], *(_f(r.get(k)) for k in keys)] for r in rows]), ""]
 
 
 def peers_table(data: dict) -> list[str]:
@@ -70,6 +84,7 @@ def peers_table(data: dict) -> list[str]:
         if slow else []
     return [*_table(header, body), "", *notes,
             "Compile seconds:", "", *_per_engine(rows, engines, _compile_seconds, 1), "",
+            *_compile_ratios(rows),
             "Cosine of each engine's output to torch's:", "",
             *_per_engine(rows, engines, _cosine, 5)]
 
