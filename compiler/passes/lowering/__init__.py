@@ -46,7 +46,9 @@ def steps(options: CompileOptions) -> list[Step]:
                  "their consumers"),
             Step(relax.transform.FoldConstant(), 1),
             Step(relax.transform.FuseOps(), 1),
-            Step(relax.transform.FuseTIR(), 1)]
+            Step(relax.transform.FuseTIR(), 1),
+            Step(SortScalarParams(), REQUIRED, "FuseTIR orders a fused kernel's dims "
+                 "differently in each process, as LegalizeOps does")]
 
 
 __all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "OrderShapeFuncStores",

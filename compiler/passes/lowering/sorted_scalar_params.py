@@ -8,11 +8,14 @@ kernel uses but cannot read from a tensor shape into parameters in the order of 
 process: the same model compiled to different bytes, and a tuning record for such a kernel
 (keyed by the kernel's structure) matched only the builds that happened to share its order.
 
-How: after LegalizeOps, for each PrimFunc that only ``call_tir`` calls (one argument tuple
-form for every call), the scalar parameters among those the tuple binds are sorted by name
-in the positions they held, and each call's tuple is permuted the same way. A kernel whose
-scalars share a name, that is referenced any other way, or that has a ``global_symbol`` (its
-signature is then an interface others may call) is left as it is.
+FuseTIR does the same for the dims of the kernels it fuses (an attention kernel over
+``past_len`` and ``seq`` took them in either order).
+
+How: after LegalizeOps and again after FuseTIR, for each PrimFunc that only ``call_tir``
+calls (one argument tuple form for every call), the scalar parameters among those the tuple
+binds are sorted by name in the positions they held, and each call's tuple is permuted the
+same way. A kernel whose scalars share a name, that is referenced any other way, or that has
+a ``global_symbol`` (its signature is then an interface others may call) is left as it is.
 """
 
 from __future__ import annotations
