@@ -72,6 +72,24 @@ def mutate_if_any(mod: tvm.IRModule, predicate: Callable[[relax.Expr], bool],
     return mutate_functions(mod, make_mutator(mod))
 
 
+def with_functions(mod: tvm.IRModule, replacements: dict) -> tvm.IRModule:
+    """A new module with the functions of ``replacements`` (GlobalVar or name -> function) in
+    place of ``mod``'s, its attributes kept; ``mod`` itself when there are none (a Python
+    module pass gets the caller's module: it is never edited)."""
+    if not replacements:
+        return mod
+    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+    for key, func in replacements.items():
+        out[key] = func
+    return out
+
+
+def is_scalar(value) -> bool:
+    """Whether a Relax expression or a PrimFunc parameter has a PrimType (a scalar, such as a
+    symbolic dim passed by value), not a tensor or buffer."""
+    return type(value.ty).__name__ == "PrimType"
+
+
 def op_name(expr) -> str | None:
     """The Relax operator ``expr`` calls ("relax.add"), or None for anything else."""
     if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):

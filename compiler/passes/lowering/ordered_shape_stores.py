@@ -18,6 +18,8 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from ...relax_walk import with_functions
+
 
 def _heap_index(node) -> int | None:
     """The constant index of a one-index BufferStore or BufferLoad, else None."""
@@ -84,9 +86,4 @@ class OrderShapeFuncStores:
                 new = ordered(func)
                 if not new.same_as(func):
                     changed[gvar] = new
-        if not changed:
-            return mod
-        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gvar, func in changed.items():
-            out[gvar] = func
-        return out
+        return with_functions(mod, changed)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ...relax_walk import visit_functions
+from ...relax_walk import is_scalar, visit_functions, with_functions
 
 OPAQUE = 8  # TVM's kOpaque
 
@@ -28,7 +28,7 @@ def _scalar_only_kernels(mod: tvm.IRModule) -> set[str]:
     def visit(expr):
         if isinstance(expr, relax.Call) and expr.op == call_tir:
             args = expr.args[1].fields if hasattr(expr.args[1], "fields") else []
-            if args and all(type(a.ty).__name__ == "PrimType" for a in args):
+            if args and all(is_scalar(a) for a in args):
                 names.add(expr.args[0].name_hint)
     visit_functions(mod, visit)
     return names
@@ -39,10 +39,5 @@ class ScalarKernelsApart:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        names = _scalar_only_kernels(mod)
-        if not names:
-            return mod
-        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for name in names:
-            out[name] = mod[name].with_attr("op_pattern", OPAQUE)
-        return out
+        return with_functions(mod, {name: mod[name].with_attr("op_pattern", OPAQUE)
+                                     for name in _scalar_only_kernels(mod)})

@@ -25,20 +25,16 @@ from collections import Counter
 import tvm
 from tvm import relax, tirx
 
-from ...relax_walk import mutate_functions, visit_functions
+from ...relax_walk import is_scalar, mutate_functions, visit_functions
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
-
-
-def _is_scalar(param) -> bool:
-    return type(param.ty).__name__ == "PrimType"
 
 
 def permutation(func: tirx.PrimFunc, bound: int) -> list[int] | None:
     """The new order of ``func``'s first ``bound`` parameters (scalars sorted by name in their
     own positions), or None when nothing moves or names repeat."""
     params = list(func.params)[:bound]
-    positions = [k for k, p in enumerate(params) if _is_scalar(p)]
+    positions = [k for k, p in enumerate(params) if is_scalar(p)]
     names = [params[k].name for k in positions]
     if len(positions) < 2 or len(set(names)) != len(names) or names == sorted(names):
         return None
@@ -101,12 +97,10 @@ class SortScalarParams:
         plans = _plans(mod)
         if not plans:
             return mod
-        out = mutate_functions(mod, _Reorder(mod, plans))
-        for gvar, func in list(out.functions_items()):
-            order = plans.get(gvar.name_hint)
-            if order is not None:
-                params = list(func.params)
-                params[:len(order)] = [params[k] for k in order]
-                out[gvar] = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs,
-                                          func.span)
+        out = mutate_functions(mod, _Reorder(mod, plans))  # a new module: edited in place
+        for name, order in plans.items():
+            func = out[name]
+            params = list(func.params)
+            params[:len(order)] = [params[k] for k in order]
+            out[name] = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs, func.span)
         return out
