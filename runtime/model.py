@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
 import platform
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable
@@ -287,9 +285,6 @@ def _check_runs_here(path: Path, target: dict) -> None:
                             f"{', '.join(DEVICES)} models")
 
 
-_LINKS: dict[str, str] = {}
-
-
 def _load_by_content(ffi, path: Path, digest: str):
     """dlopen the library under a name unique to its content.
 
@@ -297,17 +292,15 @@ def _load_by_content(ffi, path: Path, digest: str):
     to the same path and loaded again in one process ran the old code (a silent wrong answer;
     found with two torch models written to one path in turn). A symlink named by the file's
     SHA-256 makes a new build a new library and the same build the same one. The path is
-    absolute: dlopen reads a bare "model.so" as a library name to search for."""
-    if "dir" not in _LINKS:
-        _LINKS["dir"] = tempfile.mkdtemp(prefix="aotc-runtime-")
-        atexit.register(shutil.rmtree, _LINKS["dir"], ignore_errors=True)
-    link = Path(_LINKS["dir"]) / f"{digest[:40]}.so"
-    if not link.exists():
+    absolute: dlopen reads a bare "model.so" as a library name to search for. The link lives
+    in a folder of its own, removed as soon as dlopen has mapped the library: a folder kept
+    for the process's life was left behind by every process that ended without running its
+    atexit handlers (killed workers, forked children leaving by ``os._exit``), and two
+    threads loading one model raced over a shared link."""
+    with tempfile.TemporaryDirectory(prefix="aotc-runtime-") as folder:
+        link = Path(folder) / f"{digest[:40]}.so"
         link.symlink_to(path.absolute())  # not resolved: a decrypted model's /proc fd link
-    try:
         return ffi.load_module(str(link))
-    finally:
-        link.unlink(missing_ok=True)  # the mapping stays; the name is no longer needed
 
 
 def check_inputs(signature: ModelSignature, inputs: dict,

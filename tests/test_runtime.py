@@ -1,5 +1,6 @@
 """The runtime: input checks, integrity check, and that it stays free of the compiler."""
 
+import os
 import subprocess
 import sys
 
@@ -136,6 +137,34 @@ def test_runtime_imports_no_compiler(tiny_so):
         "print('HEAVY', heavy)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+
+
+def test_loading_leaves_no_folder_behind_and_threads_may_load_one_model_at_once(tiny_so,
+                                                                               tmp_path):
+    """The content-named link dlopen reads is removed once loaded, also in a process that
+    leaves by os._exit (a forked server's child; no atexit handlers run) and while four
+    threads load the same library at once."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code = (
+        "import os, threading, numpy as np\n"
+        "from aotc.runtime import load\n"
+        "x = np.ones((1, 8, 12, 12), np.float32)\n"
+        "outs, errors = [], []\n"
+        "def one():\n"
+        "    try:\n"
+        f"        outs.append(next(iter(load({str(tiny_so)!r})(x=x).values())))\n"
+        "    except Exception as err:\n"
+        "        errors.append(repr(err))\n"
+        "threads = [threading.Thread(target=one) for _ in range(4)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print('ERRORS', errors, 'SAME', all(np.array_equal(o, outs[0]) for o in outs),\n"
+        "      len(outs), flush=True)\n"
+        "os._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "TMPDIR": str(scratch)})
+    assert "ERRORS [] SAME True 4" in out.stdout, out.stdout + out.stderr
+    assert list(scratch.iterdir()) == []
 
 
 def test_default_thread_count_is_every_allowed_core(tiny_so):
