@@ -5,11 +5,18 @@ imports every backend's tensor intrinsics in each new worker (intrinsics.py): 16
 small matmul took 30 s here, against 0.1 s of compiling and exporting them. This builder keeps
 its workers (recycled after ``uses_per_worker`` builds, the leak MetaSchedule's restart works
 around) and builds with the same steps as MetaSchedule's default. Each build has a timeout,
-and a candidate that fails or hangs is a failed result, never the tuner's end."""
+and a candidate that fails or hangs is a failed result, never the tuner's end.
+
+Every candidate is written into a folder of its own under the builder's scratch folder.
+MetaSchedule's RemoveBuildArtifact callback removes a candidate's folder once it is measured;
+``shutdown`` removes the scratch folder with whatever is left (candidates built but never
+measured: a run ended by an error or by its budget, a builder used without the callbacks).
+MetaSchedule's own builder leaves those in the temporary folder for good."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 
@@ -18,18 +25,19 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 
-def build_and_export(mod, target, shared: bool = False, linker: str | None = None) -> str:
+def build_and_export(mod, target, shared: bool = False, linker: str | None = None,
+                     scratch: str | None = None) -> str:
     """One candidate, in a worker: MetaSchedule's default build and tar export, minus the
-    import of all tensor intrinsics (a tensorized candidate is already lowered to them).
-    With ``shared``, a shared library linked here (by ``linker``, else the host cc): a farm's
-    board has no compiler to link a tar with."""
+    import of all tensor intrinsics (a tensorized candidate is already lowered to them), in
+    a new folder under ``scratch``. With ``shared``, a shared library linked here (by
+    ``linker``, else the host cc): a farm's board has no compiler to link a tar with."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support.tar import tar
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     built = tvm.compile(mod, target=target)
-    folder = tempfile.mkdtemp(prefix="aotc-candidate-")
+    folder = tempfile.mkdtemp(prefix="candidate-", dir=scratch)
     if not shared:
         path = os.path.join(folder, "mod." + tar.output_format)
         built.export_library(path, fcompile=tar)
@@ -55,12 +63,14 @@ class PersistentBuilder(PyBuilder):
         super().__init__()
         self.timeout_sec, self.shared, self.linker = timeout_sec, shared, linker
         self.on_built = on_built
+        self.scratch = tempfile.mkdtemp(prefix="aotc-candidates-")
         self.pool = PopenPoolExecutor(max_workers=max_workers or os.cpu_count(),
                                       timeout=timeout_sec,
                                       maximum_process_uses=uses_per_worker)
 
     def build(self, build_inputs) -> list[BuilderResult]:
-        jobs = [(inp.mod, inp.target, self.shared, self.linker) for inp in build_inputs]
+        jobs = [(inp.mod, inp.target, self.shared, self.linker, self.scratch)
+                for inp in build_inputs]
         results = []
         for outcome in self.pool.map_with_error_catching(lambda job: build_and_export(*job), jobs):
             if outcome.status == StatusKind.COMPLETE:
@@ -75,3 +85,5 @@ class PersistentBuilder(PyBuilder):
 
     def shutdown(self) -> None:
         self.pool.shutdown()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+

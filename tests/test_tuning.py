@@ -2,7 +2,8 @@
 log gets a record with both the tuned and the default time, a second run resumes (nothing left
 to tune), and compiling with the log matches onnxruntime; a record that beat the default is
 replayed into the kernel (marked tuned), one that did not is left out, and so is one timed
-against default rules other than compile's (they changed since). A tuner killed with
+against default rules other than compile's (they changed since); the run leaves nothing in
+the temporary folder. A tuner killed with
 SIGKILL mid-search leaves its checkpoints readable, and the next run starts from them."""
 
 import dataclasses
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -33,10 +35,15 @@ def _matmul_relu(path):
     return path
 
 
-def test_tune_resume_and_compile_with_the_log(tmp_path):
+def test_tune_resume_and_compile_with_the_log(tmp_path, monkeypatch):
     model = _matmul_relu(tmp_path / "mm.onnx")
     log = tmp_path / "mm.jsonl"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     report = aotc.tune(model, trials=4, log=log)
+    assert list(scratch.iterdir()) == []  # no candidate's folder left behind
+    monkeypatch.undo()
     assert [r.task for r in report.results] == ["fused_matmul_packed_relu"]
     assert report.results[0].tuned_seconds is not None  # at least one candidate ran
     # each point of the curve carries the schedule it measured (what bench/tuning.py re-times)

@@ -4,6 +4,8 @@ measured rate; durations parse as the CLI documents; a schedule whose results di
 default one's is caught before it could be logged; builds are reported to the progress line
 (a round builds every task's batch before any measurement comes back)."""
 
+import os
+
 import click
 import pytest
 import tvm
@@ -29,6 +31,18 @@ def test_a_failed_build_is_a_result_and_the_next_one_builds():
         builder.shutdown()
     assert results[0].artifact_path is None and "build failed" in results[0].error_msg
     assert results[1].error_msg is None and results[1].artifact_path.endswith(".tar")
+
+
+def test_shutdown_removes_every_candidate_s_folder():
+    builder = PersistentBuilder(timeout_sec=120)
+    try:
+        built = builder.build([ms.builder.BuilderInput(tvm.IRModule({"main": _matmul()}),
+                                                       TARGET) for _ in range(2)])
+        folders = [os.path.dirname(b.artifact_path) for b in built]
+        assert all(os.path.dirname(f) == builder.scratch and os.path.isdir(f) for f in folders)
+    finally:
+        builder.shutdown()
+    assert not os.path.exists(builder.scratch)
 
 
 def test_time_budget_rounds_follow_the_measured_rate():
