@@ -2,17 +2,24 @@
 into the .so as ELF objects written here, in place of TVM's default: an LLVM module holding
 the bytes as one constant array, which LLVM then compiles. Same symbol, same bytes, same loader.
 
-The object is written in one pass from the serialized bytes, so a model's weights are copied
-once on their way to the linker (an assembler ``.incbin`` of a file wrote them twice more: the
-file, then the assembler's object). For machines without an ELF writer here the ``.incbin``
-path remains.
+The bytes are TVM's packed-imports format (``PackImportsToBytes`` in TVM's codegen.cc: the
+import tree, then each module's type key and bytes), assembled here from pieces: the VM
+executable writes its own bytes to a file (``SaveToBytes``, what the format holds), and the
+kernel copies that file into the object. TVM's own ``ModulePackImportsToTensor`` held four
+copies of a model's weights in memory at once (the executable's bytes, the import stream, the
+header-prefixed string, the returned tensor); here the process holds one, briefly. A module
+kind whose bytes only TVM's serializer can give (a CUDA module's) takes TVM's path.
+
+For machines without an ELF writer here the ``.incbin`` path remains.
 
 Used as ``export_library(..., fpack_imports=imports_packer(arch))``."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+from pathlib import Path
 
 import numpy as np
 import tvm
@@ -34,41 +41,177 @@ def imports_packer(arch: str):
         TVM's library-binary symbol over them; return its path."""
         if is_system_lib or symbol_prefix:
             raise ValueError("aotc builds shared libraries only (no system-lib prefix)")
-        blob = tvm.get_global_func("runtime.ModulePackImportsToTensor")(module)
         symbol = str(tvm.get_global_func("runtime.ModuleImportsBlobName")())
-        return write_blob(np.from_dlpack(blob), symbol, arch, workspace_dir, "aotc_imports")
+        data = packed_imports(module, workspace_dir)
+        if data is None:
+            data = np.from_dlpack(tvm.get_global_func("runtime.ModulePackImportsToTensor")(module))
+            return write_blob(data, symbol, arch, workspace_dir, "aotc_imports")
+        path = write_blob(data, symbol, arch, workspace_dir, "aotc_imports")
+        for part in data.parts:   # copied into the object: their pages go back now
+            if isinstance(part, Path):
+                part.unlink()
+        return path
 
     return pack_imports
 
 
+class Chunks:
+    """Bytes to write in order: pieces in memory and whole files (the kernel copies those)."""
+
+    def __init__(self, parts: list):
+        self.parts = [p if isinstance(p, Path) else memoryview(p).cast("B") for p in parts]
+
+    @property
+    def size(self) -> int:
+        return sum(p.stat().st_size if isinstance(p, Path) else p.nbytes for p in self.parts)
+
+    def write_to(self, f) -> None:
+        for part in self.parts:
+            if isinstance(part, Path):
+                f.flush()
+                with open(part, "rb") as src:
+                    _copy_file(src, f)
+            else:
+                f.write(part)
+
+
+def _copy_file(src, dst) -> None:
+    """All of ``src`` appended to ``dst`` (both open files), in the kernel where it can."""
+    remaining = os.fstat(src.fileno()).st_size
+    try:
+        while remaining > 0:
+            copied = os.copy_file_range(src.fileno(), dst.fileno(), remaining)
+            if copied == 0:
+                break
+            remaining -= copied
+    except OSError:  # no copy_file_range between these files (older kernels, some filesystems)
+        pass
+    dst.seek(0, os.SEEK_END)
+    if remaining > 0:
+        src.seek(-remaining, os.SEEK_END)
+        shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def as_chunks(data) -> Chunks:
+    return data if isinstance(data, Chunks) else Chunks([np.ascontiguousarray(
+        np.frombuffer(data, np.uint8) if isinstance(data, bytes) else data, np.uint8)])
+
+
+def packed_imports(module, folder: str) -> Chunks | None:
+    """TVM's packed-imports bytes for ``module`` (what ``ModulePackImportsToTensor`` returns),
+    each VM executable's bytes left in a file of ``folder``; None where a module's bytes only
+    TVM's serializer can give, or the import tree is one TVM would refuse."""
+    layout = _module_groups(module)
+    if layout is None:
+        return None
+    groups, row_ptr, children = layout
+    parts: list = [_vector(row_ptr) + _vector(children)]
+    for i, group in enumerate(groups):
+        head = group[0]
+        if head.is_compilation_exportable():
+            parts.append(_string(b"_lib"))   # the library's own code: the DSO itself
+        elif head.is_binary_serializable():
+            if head.kind != "relax.VMExecutable":
+                return None
+            path = Path(folder) / f"module{i}.bin"
+            head.write_to_file(str(path))    # VMExecutable::WriteToFile: its SaveToBytes
+            parts += [_string(head.kind.encode()) + _u64(path.stat().st_size), path]
+    body = Chunks(parts)
+    return Chunks([_u64(body.size), *body.parts])
+
+
+def _module_groups(root):
+    """TVM's ModuleSerializer (codegen.cc) index: modules in depth-first order from ``root``,
+    every compilation-exportable one (the kernels' libraries) merged into one group placed
+    after all their parents; then the import tree between groups as row pointers and child
+    indices. None where TVM would refuse the tree (a merge that makes a cycle)."""
+    def key(m):
+        return m.__chandle__()
+
+    visited, stack, boundary = {key(root)}, [root], []
+    index: dict[int, int] = {}
+    groups: list[list] = []
+
+    def push_imports(node) -> None:
+        for m in node.imports:
+            if key(m) not in visited:
+                visited.add(key(m))
+                stack.append(m)
+
+    while stack:                      # phase 0: expand all but the exportable modules
+        node = stack.pop()
+        if node.is_compilation_exportable():
+            boundary.append(node)
+        else:
+            index[key(node)] = len(groups)
+            groups.append([node])
+            push_imports(node)
+    if boundary:                      # phase 1: one group for them, then their children
+        merged = len(groups)
+        groups.append([])
+        stack = boundary
+        while stack:
+            node = stack.pop()
+            if node.is_compilation_exportable():
+                groups[merged].append(node)
+                index[key(node)] = merged
+            else:
+                index[key(node)] = len(groups)
+                groups.append([node])
+            push_imports(node)
+    row_ptr, children = [0], []
+    for parent, group in enumerate(groups):
+        kids = sorted({index[key(im)] for m in group for im in m.imports} - {parent})
+        if kids and kids[0] <= parent:
+            return None
+        children += kids
+        row_ptr.append(len(children))
+    return groups, row_ptr, children
+
+
+def _u64(value: int) -> bytes:
+    return struct.pack("<Q", value)
+
+
+def _string(data: bytes) -> bytes:
+    """TVM's serializer for a string: its length, then its bytes."""
+    return _u64(len(data)) + data
+
+
+def _vector(values: list[int]) -> bytes:
+    return _u64(len(values)) + b"".join(_u64(v) for v in values)
+
+
 def write_blob(data, symbol: str, arch: str, folder: str, stem: str) -> str:
     """A file the linker takes that defines the global ``symbol`` over the bytes ``data`` (a
-    uint8 array or bytes): an ELF object for the machines of _ELF_MACHINE, else an assembler
-    file that ``.incbin``s them. Returns its path."""
-    data = np.frombuffer(data, np.uint8) if isinstance(data, bytes) else data
-    large = data.size > _LARGE_DATA
+    uint8 array, bytes or Chunks): an ELF object for the machines of _ELF_MACHINE, else an
+    assembler file that ``.incbin``s them. Returns its path."""
+    chunks = as_chunks(data)
+    large = chunks.size > _LARGE_DATA
     if arch in _ELF_MACHINE:
         path = os.path.join(folder, f"{stem}.o")
-        write_elf_object(path, symbol, data, arch, large=large and arch == "x86_64")
+        write_elf_object(path, symbol, chunks, arch, large=large and arch == "x86_64")
         return path
     blob_path = os.path.join(folder, f"{stem}.bin")
-    data.tofile(blob_path)
+    with open(blob_path, "wb") as f:
+        chunks.write_to(f)
     path = os.path.join(folder, f"{stem}.s")
     with open(path, "w", encoding="ascii") as f:
         f.write(incbin_source(symbol, blob_path, ".lrodata" if large else ".rodata"))
     return path
 
 
-def write_elf_object(path: str, symbol: str, data: np.ndarray, arch: str,
-                     large: bool = False) -> None:
-    """A little-endian ELF64 relocatable object: ``data`` in a read-only data section
-    (``.lrodata``, x86-64's large-data section, with ``large``), one global object symbol
-    over all of it, and an empty ``.note.GNU-stack`` (the stack stays non-executable)."""
+def write_elf_object(path: str, symbol: str, data, arch: str, large: bool = False) -> None:
+    """A little-endian ELF64 relocatable object: ``data`` (as write_blob takes it) in a
+    read-only data section (``.lrodata``, x86-64's large-data section, with ``large``), one
+    global object symbol over all of it, and an empty ``.note.GNU-stack`` (the stack stays
+    non-executable)."""
     section = ".lrodata" if large else ".rodata"
     names = [b"", section.encode(), b".symtab", b".strtab", b".note.GNU-stack", b".shstrtab"]
     shstrtab, name_at = _string_table(names)
     strtab, symbol_at = _string_table([b"", symbol.encode()])
-    size = int(data.size)
+    chunks = as_chunks(data)
+    size = chunks.size
     data_at = _ALIGN
     strtab_at = data_at + size
     symtab_at = _aligned(strtab_at + len(strtab), 8)
@@ -89,7 +232,7 @@ def write_elf_object(path: str, symbol: str, data: np.ndarray, arch: str,
                             64, 0, 0, 64, len(sections), len(sections) - 1))
     with open(path, "wb") as f:
         f.write(header.ljust(data_at, b"\0"))
-        f.write(memoryview(np.ascontiguousarray(data, np.uint8)))
+        chunks.write_to(f)
         f.write(strtab)
         f.write(bytes(symtab_at - strtab_at - len(strtab)))
         f.write(symtab)
