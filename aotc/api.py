@@ -226,6 +226,7 @@ def tune(model, target: str = "x86", log: str | Path = "tuning.jsonl", tuning=No
     if tuning.rpc is not None:  # before TVM loads: a dead tracker is reported in seconds
         from aotc.farm_daemons import check_tracker
         check_tracker(tuning.rpc)
+    import aotc.compiler  # noqa: F401  (TVM first, as the compiler imports it)
     from aotc.schedules import log as tuning_log
     from aotc.schedules import target_key
     from aotc.schedules.tune import Budget

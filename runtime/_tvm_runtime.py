@@ -44,22 +44,28 @@ def runtime_function(symbol: str, argtypes: tuple = ()):
     return function
 
 
-def _import_tvm_ffi():
+def import_hiding_torch(name: str):
+    """``import name`` with torch hidden from it, unless something imported torch already.
+
+    tvm_ffi imports torch eagerly whenever it is installed (about a second of CPU and a few
+    hundred MB), and neither TVM's runtime nor compiling an ONNX model uses it. Only the first
+    import of tvm_ffi matters; torch imported later (the torch frontend) still works: tvm_ffi
+    then takes its tensors through the DLPack protocol."""
     hide_torch = "torch" not in sys.modules
     if hide_torch:
-        sys.modules["torch"] = None  # makes `import torch` fail fast inside tvm_ffi
+        sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` fails fast
     try:
-        import tvm_ffi
+        return importlib.import_module(name)
     finally:
         if hide_torch:
             del sys.modules["torch"]
-    return tvm_ffi
 
 
 def tvm_ffi():
     """The tvm_ffi module, with libtvm_runtime loaded (VM and its builtins registered)."""
     if "ffi" not in _STATE:
-        ffi = _import_tvm_ffi()  # first: libtvm_runtime.so links against its libtvm_ffi.so
+        # first: libtvm_runtime.so links against its libtvm_ffi.so
+        ffi = import_hiding_torch("tvm_ffi")
         if "tvm" not in sys.modules:  # with full TVM imported, its runtime is already there
             ctypes.CDLL(str(runtime_library()), mode=ctypes.RTLD_GLOBAL)
         _STATE["ffi"] = ffi

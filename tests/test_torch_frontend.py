@@ -111,3 +111,33 @@ def test_a_module_in_training_is_compiled_for_inference_and_keeps_its_modes(tmp_
         want = net.eval()(x).numpy()
     got = aotc.load(tmp_path / "m.so")(x=x.numpy())
     assert abs(next(iter(got.values())) - want).max() < 1e-5
+
+
+def test_torch_models_compile_after_the_compiler_loaded_without_torch(tmp_path):
+    """``aotc compile`` imports TVM with torch hidden from tvm_ffi (an ONNX compile never
+    needs it); a torch module and a .pt2 compiled later in that process still match torch."""
+    import subprocess
+    import sys
+    code = f"""
+import sys
+import aotc.compiler
+assert "torch" not in sys.modules, "the compiler imported torch"
+import numpy as np, torch
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+from test_torch_frontend import SmallNet
+import aotc
+torch.manual_seed(0)
+net, x = SmallNet().eval(), torch.randn(2, 3, 16, 16)
+aotc.compile(net, output={str(tmp_path / "module.so")!r}, example_inputs=(x,))
+torch.export.save(torch.export.export(net, (x,)), {str(tmp_path / "net.pt2")!r})
+aotc.compile({str(tmp_path / "net.pt2")!r}, output={str(tmp_path / "pt2.so")!r})
+np.save({str(tmp_path / "x.npy")!r}, x.numpy())
+with torch.no_grad():
+    np.save({str(tmp_path / "want.npy")!r}, net(x).numpy())
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    import numpy as np
+    x, want = np.load(tmp_path / "x.npy"), np.load(tmp_path / "want.npy")
+    for name in ("module.so", "pt2.so"):
+        got = aotc.load(tmp_path / name)(x)
+        np.testing.assert_allclose(list(got.values())[0], want, rtol=1e-4, atol=1e-5)
