@@ -197,6 +197,8 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_gpt2_power": ("GPT-2 small after the constant-power rewrite", peers_table),
     "peers_efficientnet_auto_pad": ("EfficientNet-B0 after the Conv auto_pad rewrite",
                                     peers_table),
+    "peers_efficientnet_pad": ("EfficientNet-B0 (explicit pads) after Pad became the Relax op",
+                               peers_table),
     "generate": ("Generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
     "variable_length_gpt2": ("Variable-length inputs: GPT-2 small", variable_length_table),

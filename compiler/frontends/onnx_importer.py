@@ -20,13 +20,14 @@ from .onnx_bitcast import bitcast
 from .onnx_graph import name_hint
 from .onnx_loop import convert_loop
 from .onnx_ops import model_opset
+from .onnx_pad import convert_pad
 from .onnx_runtime_axes import REDUCTIONS, convert_reduction
 from .onnx_runtime_params import CONVERTERS as RUNTIME_PARAM_CONVERTERS
 from .onnx_symbolic import SymbolicShapes
 
 # op -> converter(bb, inputs, attrs, opset, params) returning a Relax expr, or None
 OWN_RELAX_CONVERTERS = {**{op: partial(convert_reduction, op) for op in REDUCTIONS},
-                        **RUNTIME_PARAM_CONVERTERS, "BitCast": bitcast}
+                        **RUNTIME_PARAM_CONVERTERS, "BitCast": bitcast, "Pad": convert_pad}
 # Ops TVM has no converter for at all: only OWN_RELAX_CONVERTERS handle them.
 RELAX_ONLY = frozenset({"CumProd", "BitCast", "Loop"})
 
