@@ -99,27 +99,77 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def pack_conv_weight(weight_hwio: np.ndarray, fmt: DotFormat = INT8) -> np.ndarray:
+def pack_conv_weight(weight_hwio: np.ndarray, fmt: DotFormat = INT8,
+                     out: np.ndarray | None = None) -> np.ndarray:
     """HWIO (int8, or float32 for BF16 and float32) -> [OC/L, KH, KW, IC/G, L, G],
-    zero-padded."""
+    zero-padded; written into ``out`` (of conv_packed_shape) when given."""
     weight_hwio = bf16_bits(weight_hwio) if fmt is BF16 else weight_hwio
     kh, kw, ic, oc = weight_hwio.shape
-    icp, ocp = _round_up(ic, fmt.group), _round_up(oc, fmt.lanes)
-    padded = np.zeros((kh, kw, icp, ocp), fmt.weight)
-    padded[:, :, :ic, :oc] = weight_hwio
-    blocks = padded.reshape(kh, kw, icp // fmt.group, fmt.group, ocp // fmt.lanes, fmt.lanes)
-    return np.ascontiguousarray(blocks.transpose(4, 0, 1, 2, 5, 3))
+    icp = _round_up(ic, fmt.group)
+    if icp != ic:   # the channel groups of each kernel position padded apart
+        padded = np.zeros((kh, kw, icp, oc), fmt.weight)
+        padded[:, :, :ic] = weight_hwio
+        weight_hwio = padded
+    shape = conv_packed_shape(weight_hwio.shape, fmt)
+    rows = weight_hwio.reshape(kh * kw * icp, oc)   # (kh, kw, ic) flattened: a [K, N] matrix
+    panels = out.reshape(shape[0], -1, fmt.lanes, fmt.group) if out is not None else None
+    return _pack_panels(rows, fmt, panels).reshape(shape)
 
 
-def pack_matmul_weight(weight_kn: np.ndarray, fmt: DotFormat = INT8) -> np.ndarray:
-    """[K, N] (int8, or float32 for BF16 and float32) -> [N/L, K/G, L, G], zero-padded."""
+def pack_matmul_weight(weight_kn: np.ndarray, fmt: DotFormat = INT8,
+                       out: np.ndarray | None = None) -> np.ndarray:
+    """[K, N] (int8, or float32 for BF16 and float32) -> [N/L, K/G, L, G], zero-padded;
+    written into ``out`` (of matmul_packed_shape) when given."""
     weight_kn = bf16_bits(weight_kn) if fmt is BF16 else weight_kn
+    return _pack_panels(weight_kn, fmt, out)
+
+
+def conv_packed_shape(hwio: tuple, fmt: DotFormat) -> tuple[int, ...]:
+    kh, kw, ic, oc = hwio
+    return (_round_up(oc, fmt.lanes) // fmt.lanes, kh, kw, _round_up(ic, fmt.group) // fmt.group,
+            fmt.lanes, fmt.group)
+
+
+def matmul_packed_shape(kn: tuple, fmt: DotFormat) -> tuple[int, ...]:
+    k, n = kn
+    return (_round_up(n, fmt.lanes) // fmt.lanes, _round_up(k, fmt.group) // fmt.group,
+            fmt.lanes, fmt.group)
+
+
+def _pack_panels(weight_kn: np.ndarray, fmt: DotFormat, out: np.ndarray | None) -> np.ndarray:
+    """out[j, a, l, g] = weight[a*G + g, j*L + l], zero where K or N are padded.
+
+    One panel of L columns at a time: each copy reads whole cache lines of the weight's rows.
+    A single transpose of the whole array (what this replaced) gathered across it and ran at a
+    fraction of the memory bandwidth on large layers (docs/design/measurements.md, "Weight
+    packing")."""
     k, n = weight_kn.shape
-    kp, np_ = _round_up(k, fmt.group), _round_up(n, fmt.lanes)
-    padded = np.zeros((kp, np_), fmt.weight)
-    padded[:k, :n] = weight_kn
-    blocks = padded.reshape(kp // fmt.group, fmt.group, np_ // fmt.lanes, fmt.lanes)
-    return np.ascontiguousarray(blocks.transpose(2, 0, 3, 1))
+    group, lanes = fmt.group, fmt.lanes
+    shape = matmul_packed_shape((k, n), fmt)
+    if out is None:
+        out = np.empty(shape, fmt.weight)
+    whole = k // group * group
+    for j in range(shape[0]):
+        c0, c1 = j * lanes, min(n, (j + 1) * lanes)
+        panel = weight_kn[:, c0:c1]
+        dest = out[j]                                   # [K/G, L, G]
+        dest[:k // group, :c1 - c0] = panel[:whole].reshape(k // group, group, c1 - c0) \
+            .transpose(0, 2, 1)
+        if whole < k:                                  # the last group of K, zero-padded
+            dest[k // group, :c1 - c0, :k - whole] = panel[whole:].T
+            dest[k // group, :c1 - c0, k - whole:] = 0
+        if c1 - c0 < lanes:
+            dest[:, c1 - c0:] = 0
+    return out
+
+
+def packed_tensor(pack, weight: np.ndarray, fmt: DotFormat, shape: tuple[int, ...]):
+    """``pack(weight, fmt, out=...)`` written straight into a new TVM tensor of ``shape``: the
+    constant a kernel reads, with no copy of the packed weights on the way."""
+    import tvm
+    tensor = tvm.runtime.empty(shape, fmt.weight)
+    pack(weight, fmt, out=np.from_dlpack(tensor))
+    return tensor
 
 
 def _format_of(w: te.Tensor) -> DotFormat:

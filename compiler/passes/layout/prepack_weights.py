@@ -52,12 +52,13 @@ def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
     ``input_layout``), ``weight`` (HWIO / [K, N], in the format's input type) packed at
     compile time."""
     if call.op.name == "relax.matmul":
-        return (dot_kernels.matmul, x,
-                relax.const(dot_kernels.pack_matmul_weight(weight, fmt)), weight.shape[1],
-                pad_value)
+        packed = dot_kernels.packed_tensor(dot_kernels.pack_matmul_weight, weight, fmt,
+                                           dot_kernels.matmul_packed_shape(weight.shape, fmt))
+        return (dot_kernels.matmul, x, relax.const(packed), weight.shape[1], pad_value)
     attrs = call.attrs
-    return (dot_kernels.conv2d_nhwc, x,
-            relax.const(dot_kernels.pack_conv_weight(weight, fmt)), weight.shape[3],
+    packed = dot_kernels.packed_tensor(dot_kernels.pack_conv_weight, weight, fmt,
+                                       dot_kernels.conv_packed_shape(weight.shape, fmt))
+    return (dot_kernels.conv2d_nhwc, x, relax.const(packed), weight.shape[3],
             [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
             [int(d) for d in attrs.dilation], pad_value, input_layout)
 
