@@ -25,12 +25,13 @@ from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 from ...frontends.relax_shapes import static_shape
 from ...relax_walk import single_use_values
 
+_FLOAT = ("float16", "float32", "float64")
 
-def _weight(expr) -> np.ndarray | None:
-    if not isinstance(expr, tvm.ir.GenericConst):
-        return None
-    value = expr.value.numpy()
-    return value if value.ndim == 2 and value.dtype.kind == "f" else None
+
+def _is_weight(expr) -> bool:
+    """A 2-D float constant, judged by its type (reading its values would copy them all)."""
+    return isinstance(expr, tvm.ir.GenericConst) and len(expr.value.shape) == 2 and \
+        str(expr.value.dtype) in _FLOAT
 
 
 def _groups(func: relax.Function) -> dict:
@@ -47,7 +48,7 @@ def _groups(func: relax.Function) -> dict:
         for binding in block.bindings:
             value = binding.value
             if isinstance(value, relax.Call) and getattr(value.op, "name", "") == \
-                    "relax.matmul" and _weight(value.args[1]) is not None and \
+                    "relax.matmul" and _is_weight(value.args[1]) and \
                     static_shape(value.args[0]) is not None:
                 groups[value.args[0]].append((value.args[1], biases.get(binding.var)))
     return {lhs: entries for lhs, entries in groups.items() if _combinable(entries)}
@@ -56,15 +57,14 @@ def _groups(func: relax.Function) -> dict:
 def _combinable(entries) -> bool:
     if len(entries) < 2:
         return False
-    weights = [_weight(w) for w, _ in entries]
-    return len({(w.shape[0], w.dtype) for w in weights}) == 1
+    return len({(int(w.value.shape[0]), str(w.value.dtype)) for w, _ in entries}) == 1
 
 
 class _Combined:
     """One group's concatenated weight (and bias) and each member's column range."""
 
     def __init__(self, entries):
-        weights = [_weight(w) for w, _ in entries]
+        weights = [w.value.numpy() for w, _ in entries]
         self.weight = relax.const(np.concatenate(weights, axis=1))
         self.ranges = {}
         start = 0
