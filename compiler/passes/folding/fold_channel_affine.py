@@ -53,15 +53,15 @@ def _per_channel(const, out_rank: int, channel_axis: int, channels: int) -> np.n
 
 def _layout(call: relax.Call):
     """(channel axis of the output, weight axis of the output channels, channels) or None."""
-    weight = _value(call.args[1])
+    weight = call.args[1].value  # its shape only: reading the values would copy them all
     if call.op.name == "relax.nn.conv2d":
         attrs = call.attrs
         if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" or \
                 str(attrs.out_layout) != "NCHW":
             return None
-        return 1, 0, weight.shape[0]
-    if call.op.name == "relax.matmul" and weight.ndim == 2:
-        return -1, 1, weight.shape[1]
+        return 1, 0, int(weight.shape[0])
+    if call.op.name == "relax.matmul" and len(weight.shape) == 2:
+        return -1, 1, int(weight.shape[1])
     return None
 
 

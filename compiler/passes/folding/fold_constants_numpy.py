@@ -120,7 +120,7 @@ _DATA_ARGS = {"relax.reshape": 1, "relax.broadcast_to": 1, "relax.shape_to_tenso
 class _Folder(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
-        self.known: dict = {}  # var -> numpy value of the constant it is bound to
+        self.known: dict = {}  # var -> its folded numpy value, or the constant bound to it
 
     def visit_var_binding_(self, binding) -> None:
         value = binding.value
@@ -131,7 +131,7 @@ class _Folder(relax.PyExprMutator):
                 self.known[binding.var] = folded
                 binding = relax.VarBinding(binding.var, relax.const(folded, str(folded.dtype)))
         elif isinstance(value, tvm.ir.GenericConst):
-            self.known[binding.var] = value.value.numpy()
+            self.known[binding.var] = value  # read into numpy only if a fold uses it
         self.builder_.emit_normalized(binding)
 
     def visit_match_cast_(self, binding) -> None:
@@ -152,9 +152,10 @@ class _Folder(relax.PyExprMutator):
         return out if _matches(out, var) else None
 
     def _constant(self, expr) -> np.ndarray | None:
-        if isinstance(expr, tvm.ir.GenericConst):
-            return expr.value.numpy()
-        return self.known.get(expr) if isinstance(expr, relax.Var) else None
+        known = self.known.get(expr) if isinstance(expr, relax.Var) else expr
+        if isinstance(known, tvm.ir.GenericConst):
+            return known.value.numpy()
+        return known if isinstance(known, np.ndarray) else None
 
 
 def _matches(value: np.ndarray, var) -> bool:
