@@ -60,7 +60,7 @@ def _start(name: str, args: list[str], log=None) -> FarmProcess:
 
 
 def start_tracker(host: str = "127.0.0.1", port: int = 9190, log=None) -> FarmProcess:
-    return _start(f"tracker {host}:{port}", ["tvm.exec.rpc_tracker", "--host", host, "--port",
+    return _start(f"tracker {host}:{port}", ["aotc.farm_tracker", "--host", host, "--port",
                                              str(port), "--port-end", str(port + 1)], log)
 
 

@@ -60,6 +60,8 @@ def main(argv=None) -> None:
     parser.add_argument("--tracker", required=True, help="HOST:PORT")
     parser.add_argument("--key", required=True)
     args = parser.parse_args(argv)
+    from aotc.runtime._tvm_runtime import import_hiding_torch
+    import_hiding_torch("tvm")  # a server never uses torch (200 MB; see farm_tracker.py)
     from tvm import rpc
     host, _, port = args.tracker.rpartition(":")
     server = rpc.Server(args.host, args.port, args.port_end, key=args.key,

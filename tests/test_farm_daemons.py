@@ -1,6 +1,7 @@
-"""`aotc farm tracker|server` behave like daemons, with real processes on loopback: SIGTERM
-stops them and their children within seconds and leaves no zombie (the handler used to wait
-inside the wait it interrupted: a deadlock, every stop ended in SIGKILL); a server started
+"""`aotc farm tracker|server` behave like daemons, with real processes on loopback: neither
+loads torch; SIGTERM stops them and their children within seconds and leaves no zombie (the
+handler used to wait inside the wait it interrupted: a deadlock, every stop ended in
+SIGKILL); a server started
 before its tracker registers once the tracker comes up, and again after a tracker restart;
 an unreachable tracker is reported in under 5 s, before TVM loads."""
 
@@ -62,12 +63,43 @@ def _registered_server(port: int, cleanup: list) -> subprocess.Popen:
     return server
 
 
+def _with_torch(root: int) -> list[str]:
+    """Command lines of ``root`` and its descendants that mapped torch, but for TVM's own
+    workers (``tvm.exec.popen_worker`` imports all of TVM, and with it torch)."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+    tree, found = {root}, []
+    while True:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        if not more:
+            break
+        tree |= more
+    for pid in tree:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/maps") as f:
+                if "popen_worker" not in command and "libtorch" in f.read():
+                    found.append(command)
+        except OSError:
+            continue
+    return found
+
+
 def test_sigterm_stops_tracker_and_server_with_their_children(cleanup):
     port = free_port()
     tracker = _daemon("tracker", "--port", str(port))
     cleanup.append(tracker.pid)
     wait_for(lambda: summary("127.0.0.1", port), 60, "tracker")
     server = _registered_server(port, cleanup)
+    # neither loads torch (tvm_ffi would: 200 MB a process); TVM's own workers still do
+    assert _with_torch(tracker.pid) == []
+    assert _with_torch(server.pid) == []
     for process in (server, tracker):
         assert _stop_within(process, 10) < 10
         assert process.returncode == 0, process.stderr.read()[-2000:]
