@@ -37,21 +37,18 @@ def _conv_reference(w, fmt):
     return out
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f"{f.weight}x{f.lanes}")
-@pytest.mark.parametrize("kn", [(1, 1), (7, 5), (13, 33), (64, 48)])
-def test_matmul_weights_are_packed_as_defined(fmt, kn):
-    w = _weights(kn, fmt, np.random.default_rng(sum(kn)))
-    want = _matmul_reference(w, fmt)
-    np.testing.assert_array_equal(k.pack_matmul_weight(w, fmt), want)
-    tensor = k.packed_tensor(k.pack_matmul_weight, w, fmt, want.shape)
-    np.testing.assert_array_equal(tensor.numpy(), want)
+CASES = ([(k.pack_matmul_weight, _matmul_reference, kn)
+          for kn in [(1, 1), (7, 5), (13, 33), (64, 48)]]
+         + [(k.pack_conv_weight, _conv_reference, hwio)
+            for hwio in [(3, 3, 3, 16), (1, 1, 7, 5), (5, 5, 1, 24), (3, 2, 13, 33)]])
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f"{f.weight}x{f.lanes}")
-@pytest.mark.parametrize("hwio", [(3, 3, 3, 16), (1, 1, 7, 5), (5, 5, 1, 24), (3, 2, 13, 33)])
-def test_conv_weights_are_packed_as_defined(fmt, hwio):
-    w = _weights(hwio, fmt, np.random.default_rng(sum(hwio)))
-    want = _conv_reference(w, fmt)
-    np.testing.assert_array_equal(k.pack_conv_weight(w, fmt), want)
-    tensor = k.packed_tensor(k.pack_conv_weight, w, fmt, want.shape)
+@pytest.mark.parametrize("pack, reference, shape", CASES,
+                         ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else None)
+def test_weights_are_packed_as_defined(fmt, pack, reference, shape):
+    w = _weights(shape, fmt, np.random.default_rng(sum(shape)))
+    want = reference(w, fmt)
+    np.testing.assert_array_equal(pack(w, fmt), want)
+    tensor = k.packed_tensor(pack, w, fmt, want.shape)
     np.testing.assert_array_equal(tensor.numpy(), want)
