@@ -63,6 +63,9 @@ def main(argv=None) -> None:
     from aotc.runtime._tvm_runtime import import_hiding_torch
     import_hiding_torch("tvm")  # a server never uses torch (200 MB; see farm_tracker.py)
     from tvm import rpc
+
+    from aotc.popen_worker import start_tvm_workers_here
+    start_tvm_workers_here()  # the serving process and its sessions without torch too
     host, _, port = args.tracker.rpartition(":")
     server = rpc.Server(args.host, args.port, args.port_end, key=args.key,
                         tracker_addr=(host, int(port)), server_init_callback=install_deadline)

@@ -24,6 +24,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from aotc.popen_worker import start_tvm_workers_here
+
 
 def build_and_export(mod, target, shared: bool = False, linker: str | None = None,
                      scratch: str | None = None) -> str:
@@ -64,6 +66,7 @@ class PersistentBuilder(PyBuilder):
         self.timeout_sec, self.shared, self.linker = timeout_sec, shared, linker
         self.on_built = on_built
         self.scratch = tempfile.mkdtemp(prefix="aotc-candidates-")
+        start_tvm_workers_here()
         self.pool = PopenPoolExecutor(max_workers=max_workers or os.cpu_count(),
                                       timeout=timeout_sec,
                                       maximum_process_uses=uses_per_worker)

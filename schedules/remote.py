@@ -14,6 +14,7 @@ import numpy as np
 import tvm
 
 from aotc.measure_settings import TUNE, MeasureSettings
+from aotc.popen_worker import start_tvm_workers_here
 
 from .builder import export_shared
 from .farm_target import Farm, FarmError, servers_of
@@ -78,6 +79,7 @@ class RemoteReference:
         from tvm.support.popen_pool import PopenPoolExecutor
         farm = self.farm
         if self._pool is None:
+            start_tvm_workers_here()
             self._pool = PopenPoolExecutor(max_workers=1, timeout=farm.session_timeout_s)
         try:
             return self._pool.submit(fn, farm.host, farm.port, farm.key,

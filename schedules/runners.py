@@ -12,6 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 from aotc.measure_settings import TUNE, MeasureSettings
+from aotc.popen_worker import start_tvm_workers_here
 
 from . import measure, remote, retime
 from .farm_target import Farm, servers_of
@@ -106,6 +107,7 @@ class LocalMeasurement:
     settings: MeasureSettings = TUNE
 
     def runner(self):
+        start_tvm_workers_here()
         return MedianRunner(ms.runner.LocalRunner(
             timeout_sec=RUN_TIMEOUT_S, evaluator_config=evaluator_config(self.settings)))
 
@@ -151,6 +153,7 @@ class FarmMeasurement:
         return {"shared": True, "linker": self.linker}
 
     def runner(self):
+        start_tvm_workers_here()
         config = ms.runner.RPCConfig(tracker_host=self.farm.host, tracker_port=self.farm.port,
                                      tracker_key=self.farm.key, session_priority=1,
                                      session_timeout_sec=self.farm.session_timeout_s)

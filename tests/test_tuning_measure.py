@@ -45,6 +45,42 @@ def test_shutdown_removes_every_candidate_s_folder():
     assert not os.path.exists(builder.scratch)
 
 
+def test_tvm_pool_workers_start_without_torch_and_work():
+    """The tuner's builds and timings run in TVM's pool workers; started by aotc, those import
+    TVM without torch (aotc/popen_worker.py), also where the parent process has torch."""
+    import torch  # noqa: F401  (the parent has torch: the worker still must not)
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from aotc.popen_worker import start_tvm_workers_here
+
+    def worker_facts() -> dict:  # local: cloudpickle sends it by value
+        import sys
+
+        import numpy as np
+        import tvm
+        with open("/proc/self/maps") as maps:
+            libtorch = "libtorch" in maps.read()
+        a = tvm.runtime.tensor(np.arange(3, dtype="float32"))
+        return {"torch": "torch" in sys.modules or libtorch,
+                "main": sys.modules["__main__"].__spec__.name, "tensor": a.numpy().tolist()}
+
+    start_tvm_workers_here()
+    pool = PopenPoolExecutor(max_workers=1, timeout=60)
+    try:
+        facts = pool.submit(worker_facts).result()
+    finally:
+        pool.shutdown()
+    assert facts == {"torch": False, "main": "aotc.popen_worker", "tensor": [0.0, 1.0, 2.0]}
+    builder = PersistentBuilder(timeout_sec=120)  # the builder's pool: a real build there
+    try:
+        built = builder.build([ms.builder.BuilderInput(tvm.IRModule({"main": _matmul()}),
+                                                       TARGET)])
+        assert built[0].error_msg is None, built[0].error_msg
+        assert builder.pool.submit(worker_facts).result()["torch"] is False
+    finally:
+        builder.shutdown()
+
+
 def test_time_budget_rounds_follow_the_measured_rate():
     assert _round_trials(Budget(trials=100), 40, 3, 10.0) == 60
     budget = Budget(seconds=60.0)
