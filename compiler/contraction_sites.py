@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -26,6 +27,11 @@ class Site:
     call: relax.Call          # conv2d / matmul
     activation: relax.Expr    # the float32 input int8 replaces
     weight_axis: int          # output-channel axis of the constant weight
+
+    def weight(self) -> np.ndarray:
+        """The constant weight's values, read in place (a view of the constant's memory, not
+        a copy: a large model's packing passes read hundreds of MB of them). Read only."""
+        return np.from_dlpack(self.call.args[1].value)
 
 
 def _float_tensor(expr: relax.Expr, rank: int | None = None) -> bool:

@@ -48,7 +48,7 @@ class _Annotator(relax.PyExprMutator):
             xq = self.builder_.emit(relax.op.quantize(x, scale, zero, -1, "uint8"), "xq")
             self.quantized[x] = self.builder_.emit(
                 relax.op.dequantize(xq, scale, zero, -1, "float32"), "xdq")
-        weight = site.call.args[1].value.numpy()
+        weight = site.weight()
         wq, sw = quantize_weight(weight, site.weight_axis)
         wdq = self.builder_.emit(relax.op.dequantize(
             relax.const(wq), relax.const(sw), relax.const(np.zeros(sw.shape, np.int32)),

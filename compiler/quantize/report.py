@@ -67,7 +67,7 @@ def layer_errors(run: CalibrationRun, sites: list[Site], ranges: dict, samples: 
             signal[site.name].append(sqnr_db(x, params.fake_quantize(x)))
     rows = []
     for site in sites:
-        weight = site.call.args[1].value.numpy()
+        weight = site.weight()
         wq, sw = quantize_weight(weight, site.weight_axis)
         shape = [1] * weight.ndim
         shape[site.weight_axis] = -1

@@ -66,7 +66,7 @@ def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
 def site_packed_call(site: Site, x: relax.Expr, fmt: dot_kernels.DotFormat,
                      input_layout: str = "NHWC"):
     """packed_call of a float32 site, its constant weight converted by ``fmt``'s packing."""
-    return packed_call(site.call, site.call.args[1].value.numpy(), x, fmt,
+    return packed_call(site.call, site.weight(), x, fmt,
                        input_layout=input_layout)
 
 

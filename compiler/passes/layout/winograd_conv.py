@@ -75,7 +75,7 @@ class WinogradConv:
             n, out_h, out_w, _ = (int(d) for d in site.var.ty.shape)
             m = tile_size(n, out_h, out_w)
             padding = [int(p) for p in site.call.attrs.padding]
-            weight = wk.transform_weight(site.call.args[1].value.numpy(), m, lanes)
+            weight = wk.transform_weight(site.weight(), m, lanes)
             v = bb.emit_te(wk.input_transform, x, m, padding,
                            primfunc_name_hint="winograd_input")
             product = bb.emit_te(wk.batched_matmul, v, relax.const(weight),
