@@ -199,6 +199,9 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
                                     peers_table),
     "peers_efficientnet_pad": ("EfficientNet-B0 (explicit pads) after Pad became the Relax op",
                                peers_table),
+    "peers_bf16_winograd_residual": (
+        "bf16 ResNet-50 and MobileNetV3 after Winograd forms and bf16 residual paths",
+        peers_table),
     "generate": ("Generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
     "variable_length_gpt2": ("Variable-length inputs: GPT-2 small", variable_length_table),

@@ -78,15 +78,24 @@ def bf16_value(bits):
     return tirx.reinterpret("float32", bits.astype("uint32") << tirx.const(16, "uint32"))
 
 
+def bf16_rounded_bits(value):
+    """The bfloat16 bits (uint16) of a float32 expression, rounded to nearest even (as
+    vcvtneps2bf16 and numpy's ml_dtypes do); infinities stay, NaNs stay NaNs, overflow rounds
+    to infinity."""
+    u = tirx.reinterpret("uint32", value)
+    odd = (u >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
+    return ((u + tirx.const(0x7FFF, "uint32") + odd) >> tirx.const(16, "uint32")).astype(
+        "uint16")
+
+
 def to_bf16_bits(x: te.Tensor) -> te.Tensor:
-    """float32 -> bfloat16 bits, rounded to nearest even (as vcvtneps2bf16 and numpy's
-    ml_dtypes do); infinities stay, NaNs stay NaNs, overflow rounds to infinity."""
-    def bits(*i):
-        u = tirx.reinterpret("uint32", x(*i))
-        odd = (u >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
-        return ((u + tirx.const(0x7FFF, "uint32") + odd) >> tirx.const(16, "uint32")).astype(
-            "uint16")
-    return te.compute(x.shape, bits, name="aotc_to_bf16")
+    """float32 -> bfloat16 bits (bf16_rounded_bits of every value)."""
+    return te.compute(x.shape, lambda *i: bf16_rounded_bits(x(*i)), name="aotc_to_bf16")
+
+
+def from_bf16_bits(bits: te.Tensor) -> te.Tensor:
+    """bfloat16 bits (uint16) -> their float32 values (exact)."""
+    return te.compute(bits.shape, lambda *i: bf16_value(bits(*i)), name="aotc_from_bf16")
 
 
 def bf16_bits(values: np.ndarray) -> np.ndarray:

@@ -48,13 +48,18 @@ def tiles(extent: int, m: int) -> int:
     return -(-extent // m)
 
 
-def transform_weight(weight_hwio: np.ndarray, m: int, lanes: int) -> np.ndarray:
-    """HWIO 3x3 float32 weights -> G g G^T per input/output channel, packed
-    ``[E, OC/L, C, L, 1]`` (computed in float64, rounded once)."""
+def transform_weight(weight_hwio: np.ndarray, m: int, lanes: int,
+                     fmt: dot_kernels.DotFormat | None = None) -> np.ndarray:
+    """HWIO 3x3 float32 weights -> G g G^T per input/output channel (computed in float64),
+    packed ``[E, OC/L, C, L, 1]`` in float32; with ``fmt`` BF16, each position's [C, OC]
+    packed as a bf16 matmul weight, ``[E, OC/16, C/2, 16, 2]``."""
     _, g, _ = MATRICES[m]
     u = np.einsum("ai,ijco,bj->abco", g, weight_hwio.astype(np.float64), g)
     alpha = m + 2
     _, _, c, oc = weight_hwio.shape
+    if fmt is dot_kernels.BF16:
+        u = u.reshape(alpha * alpha, c, oc).astype(np.float32)
+        return np.stack([dot_kernels.pack_matmul_weight(position, fmt) for position in u])
     u = u.reshape(alpha * alpha, c, oc // lanes, lanes, 1).transpose(0, 2, 1, 3, 4)
     return np.ascontiguousarray(u, np.float32)
 
@@ -80,10 +85,11 @@ def _row_times(matrix, index, values):
     return out
 
 
-def input_transform(x: te.Tensor, m: int, padding) -> te.Tensor:
+def input_transform(x: te.Tensor, m: int, padding, bf16: bool = False) -> te.Tensor:
     """``[E, P, C]``: B^T d B of every (m+2)x(m+2) input tile d of NHWC ``x`` (tiles m apart;
     ``padding`` (top, left, bottom, right) and the last partial tile read zeros), in two
-    separable stages: B^T d (``INPUT_ROWS_BLOCK``, [m+2, P, m+2, C]), then (B^T d) B."""
+    separable stages: B^T d (``INPUT_ROWS_BLOCK``, [m+2, P, m+2, C]), then (B^T d) B, in
+    float32, or with ``bf16`` its bfloat16 bits (the bf16 product's operand)."""
     n, height, width, channels = (int(d) for d in x.shape)
     top, left, bottom, right = padding
     alpha, bt = m + 2, MATRICES[m][0]
@@ -100,17 +106,26 @@ def input_transform(x: te.Tensor, m: int, padding) -> te.Tensor:
             return tirx.if_then_else(inside, x[b, h, w, c], zero)
         return _row_times(bt, r, [tap(i) for i in range(alpha)])
     t = te.compute((alpha, n * th * tw, alpha, channels), rows, name=INPUT_ROWS_BLOCK)
-    return te.compute((alpha * alpha, n * th * tw, channels), lambda e, p, c: _row_times(
-        bt, e % alpha, [t[e // alpha, p, j, c] for j in range(alpha)]), name=INPUT_BLOCK)
+
+    def value(e, p, c):
+        v = _row_times(bt, e % alpha, [t[e // alpha, p, j, c] for j in range(alpha)])
+        return dot_kernels.bf16_rounded_bits(v) if bf16 else v
+    return te.compute((alpha * alpha, n * th * tw, channels), value, name=INPUT_BLOCK)
 
 
 def batched_matmul(v: te.Tensor, u: te.Tensor) -> te.Tensor:
-    """``[E, P, OC]``: v[e] @ U[e] for the packed float32 ``u`` ``[E, OC/L, C, L, 1]``; named
-    as dot_kernels' float32 contraction, so that PackedDot schedules it."""
+    """``[E, P, OC]`` float32: v[e] @ U[e] for the packed ``u``, float32 ``[E, OC/L, C, L, 1]``
+    or bf16 ``[E, OC/16, C/2, 16, 2]`` (``v`` then bfloat16 bits); named as dot_kernels'
+    contraction of that format, so that PackedDot schedules it."""
     positions, rows, channels = (int(d) for d in v.shape)
     blocks, lanes = int(u.shape[1]), int(u.shape[3])
-    fmt = dot_kernels.fp32_format(lanes)
     rc = te.reduce_axis((0, channels), "rc")
+    if str(u.dtype) == dot_kernels.BF16.weight:
+        fmt, group = dot_kernels.BF16, dot_kernels.BF16.group
+        return te.compute((positions, rows, blocks * lanes), lambda e, p, o: te.sum(fmt.product(
+            v[e, p, rc], u[e, o // lanes, rc // group, o % lanes, rc % group]), axis=[rc]),
+            name=fmt.block)
+    fmt = dot_kernels.fp32_format(lanes)
     return te.compute((positions, rows, blocks * lanes), lambda e, p, o: te.sum(
         v[e, p, rc] * u[e, o // lanes, rc, o % lanes, 0], axis=[rc]), name=fmt.block)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from aotc.options import CompileOptions
 
 from ..contraction_sites import Site, main_sites
+from ..passes.layout import winograd_runs
 from ..passes.step import Step
 from .annotate import AnnotateInt8
 from .bf16 import ConvertBF16
@@ -21,6 +22,7 @@ from .depthwise_half_input import DepthwiseHalfInput
 from .fold_into_quantize import FoldIntoQuantize
 from .fp16 import ConvertFP16
 from .realize import RealizeInt8
+from .residual_from_bf16 import ResidualFromBF16
 from .residual_from_quantized import ResidualFromQuantized
 
 
@@ -37,10 +39,11 @@ def steps(options: CompileOptions) -> list[Step]:
             Step(DepthwiseByteInput(bool(options.int8_ranges)), 1),
             Step(DepthwiseHalfInput(bool(options.int8_ranges)), 1),
             Step(FoldIntoQuantize(), 1),
-            Step(ConvertBF16(options.precision == "bf16"), 0),
+            Step(ConvertBF16(options.precision == "bf16", winograd=winograd_runs(options)), 0),
+            Step(ResidualFromBF16(), 1),
             Step(ConvertFP16(options.precision == "fp16"), 0)]
 
 
 __all__ = ["AnnotateInt8", "ConvertBF16", "ConvertFP16", "DepthwiseByteInput",
-           "DepthwiseHalfInput", "FoldIntoQuantize", "RealizeInt8", "ResidualFromQuantized",
-           "Site", "main_sites", "steps"]
+           "DepthwiseHalfInput", "FoldIntoQuantize", "RealizeInt8", "ResidualFromBF16",
+           "ResidualFromQuantized", "Site", "main_sites", "steps"]

@@ -10,7 +10,12 @@ becomes
     y   = bf16 kernel(xb, prepacked bf16 W)               float32 sums (compiler/dot_kernels.py)
 and what followed (bias, activation, residual add) stays float32 in the kernel's epilogue.
 FuseOps puts ``to_bf16_bits`` into the producer's epilogue, so that the activation travels
-as 2 bytes a value. The weights are rounded to bfloat16 and packed at compile time.
+as 2 bytes a value (where a residual add reads that activation too, ResidualFromBF16 has it
+read the bf16 copy). The weights are rounded to bfloat16 and packed at compile time.
+
+3x3 stride-1 convs that WinogradConv would take (when it runs) take their Winograd form
+instead: F(4x4) ones are left to WinogradConv (float32), F(2x2) ones become the same three
+kernels with a bf16 product (winograd_kernels.py).
 
 Which sites: every one (``bytes_per_row`` can keep small weights float32). With the 4-row
 matmul tiles of cpu_dot.MATMUL_TILE_ROWS a bf16 matmul runs at about twice its float32 twin
@@ -41,13 +46,36 @@ from ..passes.layout.prepack_weights import (
     site_packed_call,
     tile_rows,
 )
+from ..passes.layout.winograd_conv import (
+    emit_winograd,
+    site_tile_size,
+    unfusable_inputs,
+    winograd_site,
+)
 
 BYTES_PER_ROW = 0.0
+# 3x3 convs with a Winograd form, where WinogradConv runs: F(4x4) ones are left float32 to
+# WinogradConv (2.25 products an output, at float32's rate: in bf16 the transforms' constants,
+# up to 8, grow the rounding errors of the bf16 operands far past the direct sum's), F(2x2)
+# ones become bf16 Winograd kernels (4 products an output at bf16's rate; constants 0, +-1
+# and 1/2 keep the errors near the direct sum's). Errors and timings:
+# docs/design/measurements.md#compilerquantizebf16py.
+WINOGRAD_FP32_TILE, WINOGRAD_BF16_TILE = 4, 2
 
 
 def _weight_bytes_per_row(site: Site) -> float:
     weight = 4 * int(np.prod([int(d) for d in site.call.args[1].value.shape]))
     return weight / int(np.prod(static_shape(site.var)[:-1]))
+
+
+def _winograd_tiles(site: Site) -> int | None:
+    """m of the Winograd F(m x m, 3 x 3) form WinogradConv would give ``site`` (None: none;
+    bf16 needs an even channel count, for its pairs of products)."""
+    if not winograd_site(site, dot_kernels.BF16.lanes):
+        return None
+    m = site_tile_size(site)
+    channels = int(site.call.args[1].value.shape[2])
+    return m if m == WINOGRAD_FP32_TILE or channels % dot_kernels.BF16.group == 0 else None
 
 
 def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
@@ -62,14 +90,22 @@ def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
 class ConvertBF16:
     """``enabled`` False (precision fp32) leaves the module as it is; ``bytes_per_row``:
     sites with less float32 weight per output row stay float32 (0, the default: every site
-    goes bf16)."""
+    goes bf16); ``winograd``: the 3x3 convs WinogradConv takes are left to it."""
 
-    def __init__(self, enabled: bool, bytes_per_row: float = BYTES_PER_ROW):
-        self.enabled, self.bytes_per_row = enabled, bytes_per_row
+    def __init__(self, enabled: bool, bytes_per_row: float = BYTES_PER_ROW,
+                 winograd: bool = False):
+        self.enabled, self.bytes_per_row, self.winograd = enabled, bytes_per_row, winograd
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if not self.enabled:
             return mod
-        return convert_sites(mod, lambda s: self.bytes_per_row <= 0 or
-                             _weight_bytes_per_row(s) >= self.bytes_per_row, _emit_bf16,
-                             symbolic_rows=True)
+        def keep(site: Site) -> bool:
+            if self.winograd and _winograd_tiles(site) == WINOGRAD_FP32_TILE:
+                return False  # for WinogradConv
+            return self.bytes_per_row <= 0 or _weight_bytes_per_row(site) >= self.bytes_per_row
+
+        def emit(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
+            if self.winograd and _winograd_tiles(site) == WINOGRAD_BF16_TILE:
+                return emit_winograd(bb, site, x, dot_kernels.BF16.lanes, dot_kernels.BF16)
+            return _emit_bf16(bb, site, x)
+        return unfusable_inputs(convert_sites(mod, keep, emit, symbolic_rows=True))

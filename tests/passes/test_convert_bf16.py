@@ -7,12 +7,15 @@ ops after them; the depthwise conv and the activation-by-activation matmul are s
 Relax ops. With a weight threshold (2 MB a row), small weights stay float32 (nothing changes
 here: every weight is under 1 MB); the default converts every site. Numbers: the converted module
 equals the float32 one
-computed on bfloat16-rounded inputs and weights, up to float32 rounding."""
+computed on bfloat16-rounded inputs and weights, up to float32 rounding.
+
+3x3 convs with a Winograd form, where WinogradConv runs: F(4x4) ones left float32 for it,
+F(2x2) ones as bf16 Winograd kernels; their numbers near the float32 module's."""
 
 import ml_dtypes
 import numpy as np
 import tvm
-from relax_helpers import main_ops, run_main
+from relax_helpers import assert_matches, main_ops, run_main
 from tvm import relax
 
 from aotc.compiler.quantize import ConvertBF16
@@ -99,3 +102,78 @@ def test_numbers_match_bfloat16_rounded_float32():
     exact = run_main(_module(weights), x, "cooperlake")
     cos = float((got * exact).sum() / np.linalg.norm(got) / np.linalg.norm(exact))
     assert cos > 0.999
+
+
+def _winograd_module(weights):
+    """x 28x28x16 -> 3x3 conv (F(4x4): 49 tiles of 4) -> stride-2 3x3 conv to 14x14x32 (no
+    Winograd form) -> 3x3 conv (F(2x2): 49 tiles of 2) -> 1x1 conv."""
+    c = {name: relax.const(value) for name, value in weights.items()}
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 28, 28, 16), "float32"))
+
+    def conv(y, w, stride=1, pad=1):
+        return bb.emit(relax.op.nn.conv2d(y, c[w], strides=[stride, stride], padding=[pad] * 2,
+                                          data_layout="NHWC", kernel_layout="HWIO"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(conv(x, "f4")))
+            y = bb.emit(relax.op.nn.relu(conv(y, "down", stride=2)))
+            y = bb.emit(relax.op.nn.relu(conv(y, "f2")))
+            out = bb.emit_output(relax.op.nn.conv2d(y, c["pointwise"], data_layout="NHWC",
+                                                    kernel_layout="HWIO"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _winograd_weights():
+    shapes = {"f4": (3, 3, 16, 16), "down": (3, 3, 16, 32), "f2": (3, 3, 32, 32),
+              "pointwise": (1, 1, 32, 16)}
+    return {k: (RNG.standard_normal(s) / np.sqrt(np.prod(s[:-1]))).astype(np.float32)
+            for k, s in shapes.items()}
+
+
+def _calls(mod):
+    calls = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(
+        (e.args[0].name_hint, [[int(d) for d in a.ty.shape] for a in e.args[1].fields]))
+        if isinstance(e, relax.Call) and e.op.name == "relax.call_tir" else None)
+    return calls
+
+
+def test_winograd_sites_f4_left_float32_f2_as_bf16_winograd():
+    """With WinogradConv to run (``winograd``): the F(4x4) conv stays a Relax conv2d for it;
+    the F(2x2) one becomes winograd_input (bfloat16 bits out, opaque to FuseOps) ->
+    winograd_matmul_bf16 (weights [16 positions, 32/16, 32/2, 16, 2]) -> winograd_output;
+    the strided and the 1x1 conv are direct bf16 kernels. Without it, all four are direct."""
+    weights = _winograd_weights()
+    before = _winograd_module(weights)
+    after = ConvertBF16(True, winograd=True)(before)
+    assert main_ops(after).count("relax.nn.conv2d") == 1
+    assert [name for name, _ in _calls(after)] == [
+        "to_bf16", "conv2d_bf16", "winograd_input", "winograd_matmul_bf16", "winograd_output",
+        "to_bf161", "conv2d_bf161"]
+    shapes = dict(_calls(after))
+    assert shapes["winograd_matmul_bf16"] == [[16, 49, 32], [16, 2, 16, 16, 2]]
+    kernels = {gv.name_hint: f for gv, f in after.functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc)}
+    assert int(kernels["winograd_input"].attrs["op_pattern"]) == 8
+    assert str(kernels["winograd_input"].params[1].ty.dtype) == "uint16"
+    direct = ConvertBF16(True)(before)
+    assert main_ops(direct).count("relax.nn.conv2d") == 0
+    assert sum(name.startswith("conv2d_bf16") for name, _ in _calls(direct)) == 4
+    # a module with no Winograd site: the same either way
+    plain = _module(_weights())
+    tvm.ir.assert_structural_equal(ConvertBF16(True, winograd=True)(plain),
+                                   ConvertBF16(True)(plain))
+
+
+def test_bf16_winograd_numbers_near_float32():
+    """The F(2x2) bf16 kernels (and the direct bf16 ones around them) against the float32
+    module: bf16's error, not a transform's error grown (cosine > 0.9999)."""
+    weights = _winograd_weights()
+    x = np.maximum(RNG.standard_normal((1, 28, 28, 16)), 0).astype(np.float32)
+    exact = run_main(_winograd_module(weights), x, "cooperlake")
+    for winograd in (True, False):
+        got = run_main(ConvertBF16(True, winograd=winograd)(_winograd_module(weights)), x,
+                       "cooperlake")
+        assert_matches(got, exact, 0.9999, 0.02)

@@ -75,6 +75,50 @@ def test_compile_bf16_cli_against_onnxruntime(tmp_path):
     assert_matches(loaded.run({"x": x})["y"], want, 0.999, 0.02)
 
 
+def _winograd_model(path):
+    """3x3 convs with each Winograd form: 28x28 (F(4x4)), a stride-2 one (none), 14x14
+    (F(2x2)); then a classifier."""
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["s2"]),
+             helper.make_node("Relu", ["s2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("MatMul", ["f", "w3"], ["y"])]
+    inits = [_init("w0", 32, 16, 3, 3, scale=2), _init("b0", 32),
+             _init("w1", 64, 32, 3, 3, scale=2), _init("w2", 64, 64, 3, 3, scale=2),
+             _init("b2", 64), _init("w3", 64, 10, scale=4)]
+    graph = helper.make_graph(
+        nodes, "bf16_winograd_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@needs_bf16
+def test_bf16_3x3_convs_take_their_winograd_forms(tmp_path):
+    """--precision bf16: the F(4x4) conv runs as float32 Winograd kernels, the F(2x2) one as
+    bf16 Winograd kernels, the strided one as a direct bf16 kernel; with WinogradConv disabled
+    all three are direct. Both against onnxruntime."""
+    model = _winograd_model(tmp_path / "net.onnx")
+    x = np.maximum(RNG.standard_normal((1, 16, 28, 28)), 0).astype(np.float32)
+    want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    for disabled, expected in (((), {"winograd_matmul_bf16": 1, "winograd_matmul ": 1,
+                                     "conv2d_bf16": 1}),
+                               (("WinogradConv",), {"winograd": 0, "conv2d_bf16": 3})):
+        out = tmp_path / f"net_{len(disabled)}.so"
+        aotc.compile(model, output=out, precision="bf16",
+                     options=aotc.CompileOptions(disabled_passes=disabled))
+        loaded = aotc.load(out)
+        kernels = " ".join(k["name"] for k in loaded.metadata["kernels"]) + " "
+        assert {word: kernels.count(word) for word in expected} == expected, kernels
+        assert_matches(loaded.run({"x": x})["y"], want, 0.999, 0.02)
+
+
 @pytest.mark.parametrize("target,precision,words", [
     ("x86-vnni", "bf16", "needs AVX512-BF16 (vdpbf16ps), which x86-vnni"),
     ("arm", "bf16", "not built for arm"),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from aotc.options import CompileOptions
+
 from ..folding import refold
-from ..step import Step
+from ..step import Step, enabled
 from .convert_layout_nhwc import ConvertLayoutNHWC
 from .prepack_weights import PrepackWeights
 from .winograd_conv import WinogradConv
@@ -13,11 +15,19 @@ def steps() -> list[Step]:
     return [Step(ConvertLayoutNHWC(), 2), *refold()]
 
 
+# WinogradConv's level (the quantize phase asks whether it will run: winograd_runs)
+WINOGRAD_LEVEL = 2
+
+
+def winograd_runs(options: CompileOptions) -> bool:
+    return enabled("WinogradConv", WINOGRAD_LEVEL, options)
+
+
 def pack_steps(float_lanes: int | None) -> list[Step]:
     """The pack phase (after quantize): float32 3x3 convs as Winograd kernels, the other
     float32 weights prepacked for the target's SIMD width; ``float_lanes`` None (GPU rules)
     packs nothing."""
-    return [Step(WinogradConv(float_lanes), 2), Step(PrepackWeights(float_lanes), 2)]
+    return [Step(WinogradConv(float_lanes), WINOGRAD_LEVEL), Step(PrepackWeights(float_lanes), 2)]
 
 
 __all__ = ["ConvertLayoutNHWC", "PrepackWeights", "WinogradConv", "pack_steps", "steps"]

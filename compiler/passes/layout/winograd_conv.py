@@ -39,14 +39,18 @@ def winograd_site(site: Site, lanes: int) -> bool:
     call = site.call
     if call.op.name != "relax.nn.conv2d" or not packs_well(site, lanes):
         return False
-    n, out_h, out_w, _ = (int(d) for d in site.var.ty.shape)
-    if tile_size(n, out_h, out_w) is None:
+    if site_tile_size(site) is None:
         return False
     kh, kw, channels, _ = (int(d) for d in call.args[1].value.shape)
     attrs = call.attrs
     return ((kh, kw) == (3, 3) and channels >= _MIN_CHANNELS
             and [int(s) for s in attrs.strides] == [1, 1]
             and [int(d) for d in attrs.dilation] == [1, 1])
+
+
+def site_tile_size(site: Site) -> int | None:
+    n, out_h, out_w, _ = (int(d) for d in site.var.ty.shape)
+    return tile_size(n, out_h, out_w)
 
 
 def tile_size(batch: int, out_h: int, out_w: int) -> int | None:
@@ -70,26 +74,34 @@ class WinogradConv:
         if self.lanes not in dot_kernels.FP32_FORMATS:
             return mod
         lanes = self.lanes
+        return unfusable_inputs(convert_sites(
+            mod, lambda s: winograd_site(s, lanes),
+            lambda bb, site, x: emit_winograd(bb, site, x, lanes)))
 
-        def emit(bb, site, x):
-            n, out_h, out_w, _ = (int(d) for d in site.var.ty.shape)
-            m = tile_size(n, out_h, out_w)
-            padding = [int(p) for p in site.call.attrs.padding]
-            weight = wk.transform_weight(site.weight(), m, lanes)
-            v = bb.emit_te(wk.input_transform, x, m, padding,
-                           primfunc_name_hint="winograd_input")
-            product = bb.emit_te(wk.batched_matmul, v, relax.const(weight),
-                                 primfunc_name_hint="winograd_matmul")
-            return bb.emit_te(wk.output_transform, product, n, out_h, out_w, m,
-                              primfunc_name_hint="winograd_output")
-        return _unfusable_inputs(convert_sites(mod, lambda s: winograd_site(s, lanes), emit))
+
+def emit_winograd(bb: relax.BlockBuilder, site: Site, x: relax.Expr, lanes: int,
+                  fmt: dot_kernels.DotFormat | None = None, m: int | None = None) -> relax.Expr:
+    """The three kernels of a Winograd site, F(m x m, 3 x 3) (``m`` None: tile_size's):
+    float32 (``fmt`` None), or with ``fmt`` BF16 a bf16 product (the input transform writes
+    bfloat16 bits, the weights are bf16)."""
+    n, out_h, out_w, _ = (int(d) for d in site.var.ty.shape)
+    m = m or tile_size(n, out_h, out_w)
+    padding = [int(p) for p in site.call.attrs.padding]
+    weight = wk.transform_weight(site.weight(), m, lanes, fmt)
+    v = bb.emit_te(wk.input_transform, x, m, padding, fmt is dot_kernels.BF16,
+                   primfunc_name_hint="winograd_input")
+    suffix = "_bf16" if fmt is dot_kernels.BF16 else ""
+    product = bb.emit_te(wk.batched_matmul, v, relax.const(weight),
+                         primfunc_name_hint=f"winograd_matmul{suffix}")
+    return bb.emit_te(wk.output_transform, product, n, out_h, out_w, m,
+                      primfunc_name_hint="winograd_output")
 
 
 # kOpaque: FuseOps fuses nothing into it
 _OPAQUE = 8
 
 
-def _unfusable_inputs(mod: tvm.IRModule) -> tvm.IRModule:
+def unfusable_inputs(mod: tvm.IRModule) -> tvm.IRModule:
     """The input transforms marked opaque. Left injective, FuseOps fused each into the
     previous conv's output transform (injective too), which then recomputed that transform
     for every tap it read."""

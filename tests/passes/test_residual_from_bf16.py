@@ -1,0 +1,87 @@
+"""ResidualFromBF16 on a block after ConvertBF16: y = relu(conv_a(x)); out = (conv_b(y) +
+shortcut(y)) + y, all three 1x1 convs bf16 kernels.
+
+Before: y is converted twice (``to_bf16`` for conv_b and again for the shortcut conv) and the
+last add reads the float32 y, so y has three users. After: one conversion, read by both convs,
+and the add reads ``from_bf16`` of it: the conversion is y's only user (FuseOps then puts it
+into conv_a's kernel). Numbers: the residual now carries y rounded to bfloat16 (relative error
+at most 2^-9 of y on that path), near the module before."""
+
+import numpy as np
+import tvm
+from relax_helpers import run_main
+from tvm import relax
+
+from aotc.compiler import dot_kernels
+from aotc.compiler.quantize import ConvertBF16, ResidualFromBF16
+
+RNG = np.random.default_rng(0)
+X = relax.TensorType((1, 8, 8, 16), "float32")
+
+
+def _float_module():
+    def conv(x, ic, oc):
+        w = relax.const((RNG.standard_normal((1, 1, ic, oc)) * 0.3).astype(np.float32))
+        return relax.op.nn.conv2d(x, w, data_layout="NHWC", kernel_layout="HWIO")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", X)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(conv(x, 16, 32)))
+            z = bb.emit(conv(y, 32, 32))
+            s = bb.emit(conv(y, 32, 32))
+            t = bb.emit(relax.op.add(z, s))
+            out = bb.emit_output(relax.op.add(t, y))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _expected(before: tvm.IRModule) -> tvm.IRModule:
+    """``before`` (ConvertBF16's output) as the pass should leave it, written out: its kernels
+    and packed weights, one conversion of y, the last add reading from_bf16 of it."""
+    kernels = {gv: f for gv, f in before.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    gvs = {gv.name_hint: gv for gv in kernels}
+    calls = [b.value for b in before["main"].body.blocks[0].bindings
+             if b.value.op.name == "relax.call_tir"]
+    weights = [c.args[1].fields[1] for c in calls if c.args[0].name_hint.startswith("conv2d")]
+    bits = relax.TensorType((1, 8, 8, 32), "uint16")
+    y_type = relax.TensorType((1, 8, 8, 32), "float32")
+    bb = relax.BlockBuilder(tvm.IRModule(kernels))
+    x = relax.Var("x", X)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            xb = bb.emit(relax.call_tir(gvs["to_bf16"], [x], relax.TensorType(X.shape, "uint16")))
+            a = bb.emit(relax.call_tir(gvs["conv2d_bf16"], [xb, weights[0]], y_type))
+            y = bb.emit(relax.op.nn.relu(a))
+            yb = bb.emit(relax.call_tir(gvs["to_bf161"], [y], bits))
+            z = bb.emit(relax.call_tir(gvs["conv2d_bf161"], [yb, weights[1]], y_type))
+            s = bb.emit(relax.call_tir(gvs["conv2d_bf161"], [yb, weights[2]], y_type))
+            t = bb.emit(relax.op.add(z, s))
+            y_again = bb.emit_te(dot_kernels.from_bf16_bits, yb, primfunc_name_hint="from_bf16")
+            out = bb.emit_output(relax.op.add(t, y_again))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_one_conversion_and_the_add_reads_it_widened():
+    before = ConvertBF16(True)(_float_module())
+    conversions = [b for b in before["main"].body.blocks[0].bindings
+                   if b.value.op.name == "relax.call_tir"
+                   and b.value.args[0].name_hint.startswith("to_bf16")]
+    assert len(conversions) == 3  # x once, y twice
+    tvm.ir.assert_structural_equal(ResidualFromBF16()(before), _expected(before))
+
+
+def test_nothing_to_reroute_without_bf16_convs():
+    before = _float_module()
+    tvm.ir.assert_structural_equal(ResidualFromBF16()(before), before)
+
+
+def test_numbers_carry_y_rounded_to_bfloat16():
+    before = ConvertBF16(True)(_float_module())
+    x = RNG.standard_normal((1, 8, 8, 16)).astype(np.float32)
+    want = run_main(before, x, "cooperlake")
+    got = run_main(ResidualFromBF16()(before), x, "cooperlake")
+    # only the residual's y changed: by at most 2^-9 of it (round to nearest, 8 bits kept)
+    assert np.abs(got - want).max() <= 2.0 ** -9 * np.abs(want).max() * 1.01
+    assert not np.allclose(got, want, rtol=0, atol=1e-7)  # the residual did change
