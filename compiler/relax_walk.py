@@ -102,6 +102,14 @@ def has_main(mod: tvm.IRModule) -> bool:
     return "main" in [gv.name_hint for gv in mod.get_global_vars()]
 
 
+def main_dataflow_blocks(mod: tvm.IRModule) -> list[relax.DataflowBlock]:
+    """The dataflow blocks of the module's ``main`` (none without a ``main``)."""
+    if not has_main(mod):
+        return []
+    return [b for b in getattr(mod["main"].body, "blocks", [])
+            if isinstance(b, relax.DataflowBlock)]
+
+
 def single_use_values(mod: tvm.IRModule) -> set:
     """Values bound to dataflow variables that exactly one binding reads (outputs excluded)."""
     return {value for value, count in value_uses(mod).items() if count == 1}

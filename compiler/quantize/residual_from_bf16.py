@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 
 from .. import dot_kernels
-from ..relax_walk import has_main, mutate_functions, op_name
+from ..relax_walk import main_dataflow_blocks, mutate_functions, op_name
 
 _TO_BF16 = "to_bf16"      # ConvertBF16's conversion kernels (compiler/quantize/bf16.py)
 _CONV_BF16 = "conv2d_bf16"
@@ -98,14 +98,11 @@ class _Rerouter(relax.PyExprMutator):
 @tvm.transform.module_pass(opt_level=0, name="ResidualFromBF16")
 class ResidualFromBF16:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not has_main(mod):
-            return mod
         duplicates, rerouted = {}, {}
-        for block in getattr(mod["main"].body, "blocks", []):
-            if isinstance(block, relax.DataflowBlock):
-                more_duplicates, more_rerouted = _plan(block)
-                duplicates.update(more_duplicates)
-                rerouted.update(more_rerouted)
+        for block in main_dataflow_blocks(mod):
+            more_duplicates, more_rerouted = _plan(block)
+            duplicates.update(more_duplicates)
+            rerouted.update(more_rerouted)
         if not duplicates and not rerouted:
             return mod
         return mutate_functions(mod, _Rerouter(mod, duplicates, rerouted))

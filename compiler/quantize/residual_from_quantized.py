@@ -25,7 +25,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..relax_walk import has_main, mutate_functions, op_name
+from ..relax_walk import main_dataflow_blocks, mutate_functions, op_name
 
 
 def _rerouted(block: relax.DataflowBlock) -> dict:
@@ -70,12 +70,9 @@ class _Rerouter(relax.PyExprMutator):
 @tvm.transform.module_pass(opt_level=0, name="ResidualFromQuantized")
 class ResidualFromQuantized:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not has_main(mod):
-            return mod
         rerouted = {}
-        for block in getattr(mod["main"].body, "blocks", []):
-            if isinstance(block, relax.DataflowBlock):
-                rerouted.update(_rerouted(block))
+        for block in main_dataflow_blocks(mod):
+            rerouted.update(_rerouted(block))
         if not rerouted:
             return mod
         return mutate_functions(mod, _Rerouter(mod, rerouted))
