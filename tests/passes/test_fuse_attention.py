@@ -204,6 +204,43 @@ def test_projections_sharing_an_input_become_one_matmul(biases):
     np.testing.assert_allclose(_run(after, [x]), _run(before, [x]), rtol=1e-5, atol=1e-5)
 
 
+def _bert_projections(combined: bool = False):
+    """A BERT export's Q, K and V: each ``bias + layer_norm(x) @ W`` (bias on the left, the
+    input computed in the block). With ``combined``, what CombineProjections should make of
+    it, written out: one matmul of the concatenated weights, one add of the concatenated
+    biases, three slices."""
+    rng = np.random.default_rng(1)
+    weights = [rng.standard_normal((32, 32)).astype(np.float32) for _ in range(3)]
+    biases = [rng.standard_normal(32).astype(np.float32) for _ in range(3)]
+    gamma, beta = np.ones(32, np.float32), np.zeros(32, np.float32)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 7, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.nn.layer_norm(x, relax.const(gamma), relax.const(beta), [-1]))
+            if combined:
+                both = bb.emit(relax.op.matmul(h, relax.const(np.concatenate(weights, 1))))
+                both = bb.emit(relax.op.add(both, relax.const(np.concatenate(biases))))
+                parts = [bb.emit(relax.op.strided_slice(both, axes=[2], begin=[32 * i],
+                                                        end=[32 * (i + 1)])) for i in range(3)]
+            else:
+                parts = [bb.emit(relax.op.add(relax.const(b), bb.emit(
+                    relax.op.matmul(h, relax.const(w))))) for w, b in zip(weights, biases)]
+            out = bb.emit_output(relax.op.concat(parts, axis=2))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_projections_of_a_computed_input_with_left_biases_become_one_matmul():
+    """The form BERT exports have (the one that matters): before, three matmuls; after, the
+    expected module; the same numbers."""
+    before = _bert_projections()
+    after = CombineProjections()(before)
+    tvm.ir.assert_structural_equal(after, _bert_projections(combined=True))
+    x = RNG.standard_normal((1, 7, 32)).astype(np.float32)
+    np.testing.assert_allclose(_run(after, [x]), _run(before, [x]), rtol=1e-5, atol=1e-5)
+
+
 def test_run_time_weights_are_not_concatenated():
     after = CombineProjections()(_parallel_projections(constant_weights=False))
     assert main_ops(after).count("relax.matmul") == 3

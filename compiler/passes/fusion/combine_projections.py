@@ -35,14 +35,19 @@ def _is_weight(expr) -> bool:
 
 
 def _groups(func: relax.Function) -> dict:
-    """lhs var -> [(weight constant, bias constant or None)] for every matmul(lhs, constant)."""
+    """lhs var -> [(weight constant, bias constant or None)] for every matmul(lhs, constant);
+    a bias is a constant added on either side (exporters write both ``b + x @ W`` and
+    ``x @ W + b``)."""
     biases = {}
     for block in func.body.blocks:
         for binding in block.bindings:
             value = binding.value
-            if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.add" \
-                    and isinstance(value.args[1], tvm.ir.GenericConst):
-                biases[value.args[0]] = value.args[1]
+            if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.add":
+                lhs, rhs = value.args
+                if isinstance(rhs, tvm.ir.GenericConst):
+                    biases[lhs] = rhs
+                elif isinstance(lhs, tvm.ir.GenericConst):
+                    biases[rhs] = lhs
     groups = defaultdict(list)
     for block in func.body.blocks:
         for binding in block.bindings:
@@ -60,12 +65,17 @@ def _combinable(entries) -> bool:
     return len({(int(w.value.shape[0]), str(w.value.dtype)) for w, _ in entries}) == 1
 
 
+def _const(values: np.ndarray) -> relax.Constant:
+    return relax.const(values, str(values.dtype))
+
+
 class _Combined:
     """One group's concatenated weight (and bias) and each member's column range."""
 
     def __init__(self, entries):
         weights = [w.value.numpy() for w, _ in entries]
-        self.weight = relax.const(np.concatenate(weights, axis=1))
+        # dtype given: relax.const makes float64 arrays float32 by default
+        self.weight = _const(np.concatenate(weights, axis=1))
         self.ranges = {}
         start = 0
         for (const, _), w in zip(entries, weights):
@@ -75,29 +85,34 @@ class _Combined:
         self.bias = None
         if all(b is not None and b.shape in ((w.shape[1],), (1, w.shape[1]))
                for b, w in zip(bias_values, weights)):
-            self.bias = relax.const(np.concatenate([b.reshape(-1) for b in bias_values]))
+            self.bias = _const(np.concatenate([b.reshape(-1) for b in bias_values]))
 
 
 def combine_projections(func: relax.Function, single_use: set) -> relax.Function:
     combined = {lhs: _Combined(entries) for lhs, entries in _groups(func).items()}
     if not combined:
         return func
+    # rewrite_call matches through bindings: a matched input that a binding computes (a
+    # layer norm's output) arrives as the bound value, not as its variable
+    bound_to = {b.value: b.var for block in func.body.blocks for b in block.bindings
+                if b.var in combined}
     x, weight, bias = wildcard(), is_const(), is_const()
     matmul = is_op("relax.matmul")(x, weight)
     pattern = is_op("relax.add")(matmul, bias) | matmul
 
     def rewrite(expr, m):
-        group = combined.get(m[x])
+        lhs = bound_to.get(m[x], m[x])
+        group = combined.get(lhs)
         if group is None or m[weight] not in group.ranges:
             return expr
         start, end = group.ranges[m[weight]]
         biased = bias in m and group.bias is not None and m[matmul] in single_use
         if bias in m and not biased:
             return expr  # the add stays; its matmul operand is rewritten on its own
-        out = relax.op.matmul(m[x], group.weight)
+        out = relax.op.matmul(lhs, group.weight)
         if biased:
             out = relax.op.add(out, group.bias)
-        rank = len(static_shape(m[x]))
+        rank = len(static_shape(lhs))
         return relax.op.strided_slice(out, axes=[rank - 1], begin=[start], end=[end])
     return rewrite_call(pattern, rewrite, func)
 
