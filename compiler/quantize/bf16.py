@@ -90,7 +90,8 @@ def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
 class ConvertBF16:
     """``enabled`` False (precision fp32) leaves the module as it is; ``bytes_per_row``:
     sites with less float32 weight per output row stay float32 (0, the default: every site
-    goes bf16); ``winograd``: the 3x3 convs WinogradConv takes are left to it."""
+    goes bf16); ``winograd`` (WinogradConv will run): 3x3 convs with a Winograd form take it,
+    F(4x4) left to WinogradConv, F(2x2) as bf16 Winograd kernels."""
 
     def __init__(self, enabled: bool, bytes_per_row: float = BYTES_PER_ROW,
                  winograd: bool = False):
