@@ -26,6 +26,7 @@ from tvm import relax
 
 from .. import dot_kernels
 from ..relax_walk import main_dataflow_blocks, mutate_functions, op_name
+from .residual_from_quantized import ResidualRerouter
 
 _TO_BF16 = "to_bf16"      # ConvertBF16's conversion kernels (compiler/quantize/bf16.py)
 _CONV_BF16 = "conv2d_bf16"
@@ -72,27 +73,8 @@ def _plan(block: relax.DataflowBlock) -> tuple[dict, dict]:
     return duplicates, rerouted
 
 
-@relax.expr_functor.mutator
-class _Rerouter(relax.PyExprMutator):
-    def __init__(self, mod, duplicates: dict, rerouted: dict):
-        super().__init__(mod)
-        self.duplicates, self.rerouted = duplicates, rerouted
-        self.defined = set()  # conversion vars already emitted (an add may only read those)
-
-    def visit_var_binding_(self, binding):
-        if binding.var in self.duplicates:
-            self.set_var_remap(binding.var, self.visit_expr(self.duplicates[binding.var]))
-            return
-        value = binding.value
-        if op_name(value) == "relax.add" and any(
-                a in self.rerouted and self.rerouted[a] in self.defined for a in value.args):
-            args = [self.builder_.emit_te(dot_kernels.from_bf16_bits,
-                                          self.visit_expr(self.rerouted[a]),
-                                          primfunc_name_hint="from_bf16")
-                    if a in self.rerouted else a for a in value.args]
-            binding = relax.VarBinding(binding.var, relax.Call(value.op, args, value.attrs))
-        super().visit_var_binding_(binding)
-        self.defined.add(binding.var)
+def _widened(builder: relax.BlockBuilder, bits: relax.Expr) -> relax.Expr:
+    return builder.emit_te(dot_kernels.from_bf16_bits, bits, primfunc_name_hint="from_bf16")
 
 
 @tvm.transform.module_pass(opt_level=0, name="ResidualFromBF16")
@@ -105,4 +87,4 @@ class ResidualFromBF16:
             rerouted.update(more_rerouted)
         if not duplicates and not rerouted:
             return mod
-        return mutate_functions(mod, _Rerouter(mod, duplicates, rerouted))
+        return mutate_functions(mod, ResidualRerouter(mod, rerouted, _widened, duplicates))

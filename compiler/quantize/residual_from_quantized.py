@@ -51,17 +51,27 @@ def _rerouted(block: relax.DataflowBlock) -> dict:
 
 
 @relax.expr_functor.mutator
-class _Rerouter(relax.PyExprMutator):
-    def __init__(self, mod, rerouted):
+class ResidualRerouter(relax.PyExprMutator):
+    """Adds that read a rerouted tensor ``x`` read ``read(builder, rerouted[x])`` instead (the
+    copy itself by default), once that copy is defined; bindings in ``duplicates`` (var ->
+    the var it repeats) are dropped and their uses read the var they repeat. Shared by
+    ResidualFromQuantized and ResidualFromBF16."""
+
+    def __init__(self, mod, rerouted: dict, read=None, duplicates: dict | None = None):
         super().__init__(mod)
-        self.rerouted = rerouted
-        self.defined = set()  # dequantize vars already emitted (an add may only read those)
+        self.rerouted, self.duplicates = rerouted, duplicates or {}
+        self.read = read or (lambda _builder, copy: copy)
+        self.defined = set()  # copies already emitted (an add may only read those)
 
     def visit_var_binding_(self, binding):
+        if binding.var in self.duplicates:
+            self.set_var_remap(binding.var, self.visit_expr(self.duplicates[binding.var]))
+            return
         value = binding.value
         if op_name(value) == "relax.add" and any(
                 a in self.rerouted and self.rerouted[a] in self.defined for a in value.args):
-            args = [self.rerouted[a] if a in self.rerouted else a for a in value.args]
+            args = [self.read(self.builder_, self.visit_expr(self.rerouted[a]))
+                    if a in self.rerouted else a for a in value.args]
             binding = relax.VarBinding(binding.var, relax.Call(value.op, args, value.attrs))
         super().visit_var_binding_(binding)
         self.defined.add(binding.var)
@@ -75,4 +85,4 @@ class ResidualFromQuantized:
             rerouted.update(_rerouted(block))
         if not rerouted:
             return mod
-        return mutate_functions(mod, _Rerouter(mod, rerouted))
+        return mutate_functions(mod, ResidualRerouter(mod, rerouted))

@@ -80,12 +80,12 @@ class WinogradConv:
 
 
 def emit_winograd(bb: relax.BlockBuilder, site: Site, x: relax.Expr, lanes: int,
-                  fmt: dot_kernels.DotFormat | None = None, m: int | None = None) -> relax.Expr:
-    """The three kernels of a Winograd site, F(m x m, 3 x 3) (``m`` None: tile_size's):
-    float32 (``fmt`` None), or with ``fmt`` BF16 a bf16 product (the input transform writes
-    bfloat16 bits, the weights are bf16)."""
+                  fmt: dot_kernels.DotFormat | None = None) -> relax.Expr:
+    """The three kernels of a Winograd site, F(m x m, 3 x 3) with tile_size's m: float32
+    (``fmt`` None), or with ``fmt`` BF16 a bf16 product (the input transform writes bfloat16
+    bits, the weights are bf16)."""
     n, out_h, out_w, _ = (int(d) for d in site.var.ty.shape)
-    m = m or tile_size(n, out_h, out_w)
+    m = tile_size(n, out_h, out_w)
     padding = [int(p) for p in site.call.attrs.padding]
     weight = wk.transform_weight(site.weight(), m, lanes, fmt)
     v = bb.emit_te(wk.input_transform, x, m, padding, fmt is dot_kernels.BF16,
