@@ -6,7 +6,12 @@ the weighted sum of that block's rows are computed one after the other in buffer
 ``rows x keys`` floats, which stay in L1, instead of three kernels passing the whole score
 matrix through memory. Both products are register-tiled and vectorized over their contiguous
 axis (keys for the scores, the head dim for the output); the key count is a whole number of
-vectors (FuseAttention pads it)."""
+vectors (FuseAttention pads it).
+
+The bf16 attention kernel (compiler/attention_kernels.py, ``--precision bf16``) gets the same
+schedule, with each product's lane loop tensorized onto ``vdpbf16ps`` (a pair of head-dim
+values a step for the scores, a pair of keys for the output) instead of vectorized; on a target
+without AVX512-BF16 the rule leaves it to the others."""
 
 from __future__ import annotations
 
@@ -15,9 +20,13 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
+from aotc.targets import bf16_dot
+
+from ..attention_kernels import GROUP, SCORES_BLOCK
 from .cpu_blocks import CpuRule, _extent, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
 from .cpu_rows import compute_rows_under, inline_single_reader_blocks, schedule_injective_tail
+from .dot_intrinsics import BF16_LLVM, BF16_16x2
 
 ROWS = 8  # query rows per parallel task (FuseAttention pads the rows to a multiple of 8)
 OUT_VECTORS = 16  # accumulators of the output tile: ROWS x (OUT_VECTORS / ROWS) vectors
@@ -49,6 +58,9 @@ class Attention(CpuRule):
         if found is None:
             return None
         scores, out, middle, epilogues = found
+        bf16 = sch.get(scores.block_rv).name_hint == SCORES_BLOCK
+        if bf16 and bf16_dot(target) != "avx512-bf16":
+            return None
         lanes = vector_lanes(target, sch.get(out.block_rv).writes[0].source.dtype.bits)
         *batch, rows, cols, keys = sch.get_loops(out.block_rv)
         # keys and query rows may be symbolic (a sequence length): FuseAttention pads them
@@ -60,7 +72,10 @@ class Attention(CpuRule):
         row_out, row_in = sch.split(rows, factors=[None, ROWS])
         col_tile = lanes * max(1, min(_extent(sch, cols) // lanes, OUT_VECTORS // ROWS))
         col_tiles, col_out, col_in = sch.split(cols, factors=[None, col_tile // lanes, lanes])
-        sch.reorder(*batch, row_out, col_tiles, keys, row_in, col_out, col_in)
+        # bf16: each step of the weighted sum takes a pair of keys (vdpbf16ps)
+        keys, pair = sch.split(keys, factors=[None, GROUP]) if bf16 else (keys, None)
+        sch.reorder(*batch, row_out, col_tiles, keys, row_in, col_out, col_in,
+                    *([pair] if bf16 else []))
         task = sch.fuse(*batch, row_out)
         sch.parallel(task)
         write_back = sch.cache_write(out.block_rv, 0, "global")
@@ -80,23 +95,31 @@ class Attention(CpuRule):
             sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
                                                 for c in sch.get_consumers(block)))
         compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
-        self._tile_scores(sch, scores.block_rv, lanes)
+        self._tile_scores(sch, scores.block_rv, lanes, bf16)
         sch.unroll(row_in)
         sch.unroll(col_out)
-        sch.vectorize(col_in)
+        if not bf16:
+            sch.vectorize(col_in)
         sch.decompose_reduction(out.block_rv, keys)
+        if bf16:
+            sch.tensorize(col_in, BF16_16x2)
+            sch.annotate(task, "pragma_import_llvm", BF16_LLVM)
         return sch
 
     @staticmethod
-    def _tile_scores(sch, block, lanes: int) -> None:
+    def _tile_scores(sch, block, lanes: int, bf16: bool) -> None:
         """rows x one vector of keys accumulated across the head dim in a register tile, then
-        written to the row block's scores."""
+        written to the row block's scores (bf16: a pair of head-dim values a step)."""
         rows, cols, depth = sch.get_loops(block)[-3:]
         col_out, col_in = sch.split(cols, factors=[None, lanes])
-        sch.reorder(col_out, depth, rows, col_in)
+        depth, pair = sch.split(depth, factors=[None, GROUP]) if bf16 else (depth, None)
+        sch.reorder(col_out, depth, rows, col_in, *([pair] if bf16 else []))
         write_back = sch.cache_write(block, 0, "global")
         sch.reverse_compute_at(write_back, col_out, preserve_unit_loops=True)
         schedule_injective_tail(sch, write_back, lanes)
         sch.unroll(rows)
-        sch.vectorize(col_in)
+        if not bf16:
+            sch.vectorize(col_in)
         sch.decompose_reduction(block, depth)
+        if bf16:
+            sch.tensorize(col_in, BF16_16x2)

@@ -17,6 +17,7 @@ from ..passes.layout import winograd_runs
 from ..passes.step import Step
 from .annotate import AnnotateInt8
 from .bf16 import ConvertBF16
+from .bf16_attention import AttentionBF16
 from .depthwise_byte_input import DepthwiseByteInput
 from .depthwise_half_input import DepthwiseHalfInput
 from .fold_into_quantize import FoldIntoQuantize
@@ -41,9 +42,10 @@ def steps(options: CompileOptions) -> list[Step]:
             Step(FoldIntoQuantize(), 1),
             Step(ConvertBF16(options.precision == "bf16", winograd=winograd_runs(options)), 0),
             Step(ResidualFromBF16(), 1),
+            Step(AttentionBF16(options.precision == "bf16"), 1),
             Step(ConvertFP16(options.precision == "fp16"), 0)]
 
 
-__all__ = ["AnnotateInt8", "ConvertBF16", "ConvertFP16", "DepthwiseByteInput",
+__all__ = ["AnnotateInt8", "AttentionBF16", "ConvertBF16", "ConvertFP16", "DepthwiseByteInput",
            "DepthwiseHalfInput", "FoldIntoQuantize", "RealizeInt8", "ResidualFromBF16",
            "ResidualFromQuantized", "Site", "main_sites", "steps"]

@@ -127,3 +127,60 @@ def test_refused_before_the_import(tmp_path, target, precision, words):
     result = invoke("compile", tmp_path / "missing.onnx", "-o", tmp_path / "m.so",
                     "--target", target, "--precision", precision)
     assert result.exit_code == 1 and words in result.output, result.output
+
+
+def _attention_model(path, tokens=77, hidden=128, heads=2):
+    """One self-attention block as exporters write it: Q, K and V projections, head split,
+    softmax(Q @ Kt / 8 + mask) @ V, heads merged, output projection. 77 tokens: rows and keys
+    both padded in the kernel."""
+    head = hidden // heads
+    split = numpy_helper.from_array(np.array([1, tokens, heads, head], np.int64), "split")
+    merge = numpy_helper.from_array(np.array([1, tokens, hidden], np.int64), "merge")
+    scale = numpy_helper.from_array(np.array(8.0, np.float32), "scale")
+    nodes = []
+    for name in "qkv":
+        nodes += [helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}0"]),
+                  helper.make_node("Reshape", [f"{name}0", "split"], [f"{name}1"])]
+    nodes += [helper.make_node("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]),
+              helper.make_node("Transpose", ["k1"], ["kt"], perm=[0, 2, 3, 1]),
+              helper.make_node("Transpose", ["v1"], ["v"], perm=[0, 2, 1, 3]),
+              helper.make_node("MatMul", ["q", "kt"], ["s"]),
+              helper.make_node("Div", ["s", "scale"], ["s1"]),
+              helper.make_node("Add", ["s1", "mask"], ["s2"]),
+              helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["o"]),
+              helper.make_node("Transpose", ["o"], ["o1"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["o1", "merge"], ["o2"]),
+              helper.make_node("MatMul", ["o2", "wo"], ["y"])]
+    inits = [_init(f"w{name}", hidden, hidden) for name in "qkvo"]  # scores near N(0, 1)
+    graph = helper.make_graph(
+        nodes, "bf16_attention",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, hidden]),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, 1, tokens])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, hidden])],
+        inits + [split, merge, scale])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@needs_bf16
+def test_bf16_attention_kernel_against_onnxruntime(tmp_path):
+    """--precision bf16 runs attention as the bf16 kernel, its operands packed in the
+    head-split kernels; with AttentionBF16 disabled it stays the float32 attention kernel.
+    Both against onnxruntime."""
+    model = _attention_model(tmp_path / "attention.onnx")
+    x = RNG.standard_normal((1, 77, 128)).astype(np.float32)
+    mask = np.where(RNG.random((1, 1, 1, 77)) < 0.2, -1e4, 0).astype(np.float32)
+    want = ort.InferenceSession(str(model)).run(None, {"x": x, "mask": mask})[0]
+    for disabled in ((), ("AttentionBF16",)):
+        out = tmp_path / f"attention_{len(disabled)}.so"
+        aotc.compile(model, output=out, precision="bf16",
+                     options=aotc.CompileOptions(disabled_passes=disabled))
+        loaded = aotc.load(out)
+        kernels = " ".join(k["name"] for k in loaded.metadata["kernels"])
+        if disabled:
+            assert "attention_bf16" not in kernels and "softmax" in kernels, kernels
+        else:
+            assert "attention_bf16" in kernels and "softmax" not in kernels, kernels
+            assert "pack_keys_bf16" in kernels and "pack_values_bf16" in kernels, kernels
+        assert_matches(loaded.run({"x": x, "mask": mask})["y"], want, 0.999, 0.02)

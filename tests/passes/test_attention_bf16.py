@@ -1,0 +1,152 @@
+"""AttentionBF16 (``--precision bf16``): the attention function FuseAttention grouped becomes
+four kernels, Q rounded to bf16 bits, Kt and V packed in bf16 blocks, and the bf16 attention
+kernel (compiler/attention_kernels.py), which FuseOps may not fuse into. The numbers stay near
+the float32 chain's (bf16 operands, float32 sums and softmax). Left alone: a head dim that is
+not a multiple of 16, a target without AVX512-BF16, precision fp32."""
+
+import numpy as np
+import pytest
+import tvm
+from relax_helpers import assert_matches, main_ops
+from tvm import relax
+
+from aotc.compiler import attention_kernels, dot_kernels
+from aotc.compiler.passes.fusion import FuseAttention
+from aotc.compiler.passes.fusion.attention import PATTERN_NAME
+from aotc.compiler.quantize import AttentionBF16
+
+RNG = np.random.default_rng(0)
+BF16_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server",
+                                 "mattr": ["+avx512bf16"]})
+PLAIN_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server"})
+
+
+def _attention_module(queries=32, keys=32, depth=16, width=16, scale=("divide", 4.0),
+                      mask=True, safe=False, symbolic=False):
+    seq = tvm.tirx.Var("seq", "int64") if symbolic else None
+    rows, cols = (seq, seq) if symbolic else (queries, keys)
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((1, 2, rows, depth), "float32"))
+    kt = relax.Var("kt", relax.TensorType((1, 2, depth, cols), "float32"))
+    v = relax.Var("v", relax.TensorType((1, 2, cols, width), "float32"))
+    params = [q, kt, v]
+    if mask:
+        params.append(relax.Var("mask", relax.TensorType((1, 1, 1, cols), "float32")))
+    with bb.function("main", params):
+        with bb.dataflow():
+            s = bb.emit(relax.op.matmul(q, kt))
+            if scale is not None:
+                op = relax.op.divide if scale[0] == "divide" else relax.op.multiply
+                s = bb.emit(op(s, relax.const(scale[1], "float32")))
+            if mask:
+                s = bb.emit(relax.op.add(s, params[3]))
+            p = bb.emit(relax.op.nn.softmax(s, axis=-1))
+            if safe:
+                p = bb.emit(relax.op.where(bb.emit(relax.op.isnan(p)),
+                                           relax.const(0.0, "float32"), p))
+            out = bb.emit_output(relax.op.matmul(p, v))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _fused(**kwargs) -> tvm.IRModule:
+    return FuseAttention()(_attention_module(**kwargs))
+
+
+def _converted(before: tvm.IRModule, target=BF16_TARGET, enabled=True) -> tvm.IRModule:
+    with target:
+        return AttentionBF16(enabled)(before)
+
+
+def _expected(before: tvm.IRModule) -> tvm.IRModule:
+    """``before`` (FuseAttention's output, 32 queries and keys, a mask, scores divided by 4)
+    as the pass should leave it, written out: the four kernels, the attention one opaque, and
+    no grouped function."""
+    params = before["main"].params
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            q, kt, v, mask = params
+            qb = bb.emit_te(dot_kernels.to_bf16_bits, q, primfunc_name_hint="to_bf16")
+            kp = bb.emit_te(attention_kernels.pack_keys, kt, primfunc_name_hint="pack_keys_bf16")
+            vp = bb.emit_te(attention_kernels.pack_values, v,
+                            primfunc_name_hint="pack_values_bf16")
+            out = bb.emit_te(attention_kernels.attention, qb, kp, vp, mask, scale=4.0,
+                             divide=True, nan_value=None, primfunc_name_hint="attention_bf16")
+            out = bb.emit_output(out)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    gv = mod.get_global_var("attention_bf16")
+    mod[gv] = mod[gv].with_attr("op_pattern", 8)
+    return mod
+
+
+def _run(mod, arrays):
+    with PLAIN_TARGET:
+        mod = relax.transform.LegalizeOps()(mod)
+    vm = relax.VirtualMachine(tvm.compile(mod, target=PLAIN_TARGET), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+
+
+def _arrays(mod, seq=None):
+    out = []
+    for index, param in enumerate(mod["main"].params):
+        shape = [seq if not isinstance(d, tvm.tirx.IntImm) else int(d)
+                 for d in param.ty.shape.values]
+        if index == 3:
+            mask = np.where(RNG.random(shape) < 0.3, -1e4, 0).astype(np.float32)
+            mask[..., 0] = 0
+            out.append(mask)
+        else:
+            out.append(RNG.standard_normal(shape).astype(np.float32))
+    return out
+
+
+def _grouped(mod) -> list:
+    return [gv for gv, f in mod.functions_items() if isinstance(f, relax.Function)
+            and f.attrs is not None and f.attrs.get("Composite") == PATTERN_NAME]
+
+
+def test_the_grouped_attention_becomes_the_four_bf16_kernels():
+    before = _fused()
+    assert len(_grouped(before)) == 1
+    after = _converted(before)
+    tvm.ir.assert_structural_equal(after, _expected(before))
+    arrays = _arrays(before)
+    assert_matches(_run(after, arrays), _run(before, arrays), 0.9999, 0.02)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"queries": 197, "keys": 197, "scale": ("multiply", 0.125)},  # padded rows and keys
+    {"safe": True, "mask": False},                                # torch's safe softmax
+    {"scale": None, "width": 32},                                  # no scale, wider V
+])
+def test_numbers_stay_near_float32(kwargs):
+    before = _fused(**kwargs)
+    after = _converted(before)
+    assert _grouped(after) == [] and "attention_bf16" in [g.name_hint for g in
+                                                          after.get_global_vars()]
+    arrays = _arrays(before)
+    assert_matches(_run(after, arrays), _run(before, arrays), 0.9999, 0.02)
+
+
+def test_a_symbolic_length_keeps_its_padding():
+    before = _fused(symbolic=True)
+    after = _converted(before)
+    assert _grouped(after) == []
+    for seq in (1, 13, 40):
+        arrays = _arrays(before, seq)
+        assert_matches(_run(after, arrays), _run(before, arrays), 0.9999, 0.02)
+
+
+@pytest.mark.parametrize("module, target, enabled", [
+    (lambda: _fused(width=8), BF16_TARGET, True),     # V's head dim: half a block
+    (lambda: _fused(depth=24), BF16_TARGET, True),    # Q's head dim
+    (_fused, PLAIN_TARGET, True),                     # no vdpbf16ps
+    (_fused, BF16_TARGET, False),                     # precision fp32
+])
+def test_left_alone(module, target, enabled):
+    before = module()
+    after = _converted(before, target, enabled)
+    tvm.ir.assert_structural_equal(after, before)
+    assert "relax.nn.softmax" not in main_ops(after)
