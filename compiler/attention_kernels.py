@@ -24,6 +24,7 @@ from .dot_kernels import BF16, bf16_rounded_bits, bf16_value
 
 SCORES_BLOCK = "aotc_bf16_attention_scores"
 OUTPUT_BLOCK = "aotc_bf16_attention_out"
+PACK_BLOCKS = ("aotc_pack_keys", "aotc_pack_values")
 LANES, GROUP = BF16.lanes, BF16.group
 
 
@@ -32,7 +33,7 @@ def pack_keys(kt: te.Tensor) -> te.Tensor:
     *lead, d, keys = kt.shape
     shape = [*lead, keys // LANES, d // GROUP, LANES, GROUP]
     return te.compute(shape, lambda *i: bf16_rounded_bits(
-        kt(*i[:-4], i[-3] * GROUP + i[-1], i[-4] * LANES + i[-2])), name="aotc_pack_keys")
+        kt(*i[:-4], i[-3] * GROUP + i[-1], i[-4] * LANES + i[-2])), name=PACK_BLOCKS[0])
 
 
 def pack_values(v: te.Tensor) -> te.Tensor:
@@ -40,7 +41,7 @@ def pack_values(v: te.Tensor) -> te.Tensor:
     *lead, keys, d = v.shape
     shape = [*lead, d // LANES, keys // GROUP, LANES, GROUP]
     return te.compute(shape, lambda *i: bf16_rounded_bits(
-        v(*i[:-4], i[-3] * GROUP + i[-1], i[-4] * LANES + i[-2])), name="aotc_pack_values")
+        v(*i[:-4], i[-3] * GROUP + i[-1], i[-4] * LANES + i[-2])), name=PACK_BLOCKS[1])
 
 
 def attention(qb: te.Tensor, kp: te.Tensor, vp: te.Tensor, mask: te.Tensor | None,

@@ -22,7 +22,7 @@ from tvm.target import Target
 
 from aotc.targets import bf16_dot
 
-from ..attention_kernels import GROUP, SCORES_BLOCK
+from ..attention_kernels import GROUP, LANES, PACK_BLOCKS, SCORES_BLOCK
 from .cpu_blocks import CpuRule, _extent, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
 from .cpu_rows import compute_rows_under, inline_single_reader_blocks, schedule_injective_tail
@@ -123,3 +123,32 @@ class Attention(CpuRule):
         sch.decompose_reduction(block, depth)
         if bf16:
             sch.tensorize(col_in, BF16_16x2)
+
+
+class AttentionPacks(CpuRule):
+    """The kernels that pack the bf16 attention kernel's Kt and V (attention_kernels.pack_keys
+    and pack_values, with the head-split slices and transposes FuseOps put in front of them):
+    everything inlined into the pack, parallel over its blocks, and for each pair of values
+    (g), the 16 lanes of a block (l) as one vector. Each vector then reads 16 neighbouring
+    head-dim values of one token (V) or one head-dim value of 16 tokens (Kt) and writes every
+    other bf16 of the block; the generic schedule did the kernel one value at a time."""
+
+    def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        if not blocks or sch.get(blocks[-1]).name_hint not in PACK_BLOCKS:
+            return None
+        try:
+            for block in blocks[:-1]:
+                sch.compute_inline(block)
+        except ScheduleError:
+            return None
+        *outer, _pairs, lanes, group = sch.get_loops(blocks[-1])
+        if _extent(sch, lanes) != LANES or _extent(sch, group) != GROUP:
+            return None
+        sch.reorder(group, lanes)
+        sch.vectorize(lanes)
+        sch.unroll(group)
+        if outer:
+            sch.parallel(sch.fuse(*outer))
+        return sch
+

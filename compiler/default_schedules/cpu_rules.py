@@ -6,6 +6,8 @@ register-blocked schedule without any measurement, so that a compile is fast and
 
 Rules are tried in order; the first that accepts a PrimFunc schedules it:
   0. ``Attention``: the one-kernel attention FuseAttention makes (cpu_attention.py).
+     ``AttentionPacks``: the kernels that pack the bf16 attention kernel's Kt and V
+     (cpu_attention.py).
   1. ``WinogradTransform``: the input and output transforms of the Winograd 3x3 convs
      (cpu_winograd.py; their matmul is a packed contraction, PackedDot's).
   2. ``PackedDot``: the packed int8 (quantized) and bf16 (--precision bf16) conv/matmul kernels,
@@ -26,7 +28,7 @@ is innermost in both the output and the weight, which is what ``Contraction`` ve
 
 from __future__ import annotations
 
-from .cpu_attention import Attention
+from .cpu_attention import Attention, AttentionPacks
 from .cpu_blocks import schedule_injective_block, touches_bool, vector_lanes
 from .cpu_contraction import Contraction
 from .cpu_dot import PackedDot
@@ -34,10 +36,11 @@ from .cpu_generic import Generic, RowReduction, inline_injective_chains
 from .cpu_rows import RowWise
 from .cpu_winograd import WinogradTransform
 
-RULES = (Attention(), WinogradTransform(), PackedDot(), Contraction(), RowWise(), RowReduction(),
-         Generic())
+RULES = (Attention(), AttentionPacks(), WinogradTransform(), PackedDot(), Contraction(), RowWise(),
+         RowReduction(), Generic())
 
-__all__ = ["Attention", "Contraction", "PackedDot", "RowWise", "Generic", "RULES", "RowReduction",
+__all__ = ["Attention", "AttentionPacks", "Contraction", "PackedDot", "RowWise", "Generic", "RULES",
+           "RowReduction",
            "WinogradTransform",
            "inline_injective_chains",
            "schedule_injective_block", "touches_bool", "vector_lanes"]

@@ -150,3 +150,30 @@ def test_left_alone(module, target, enabled):
     after = _converted(before, target, enabled)
     tvm.ir.assert_structural_equal(after, before)
     assert "relax.nn.softmax" not in main_ops(after)
+
+
+@pytest.mark.parametrize("pack", [attention_kernels.pack_keys, attention_kernels.pack_values])
+def test_the_pack_kernels_take_the_vector_schedule(pack):
+    """AttentionPacks takes a pack with the head-split transpose in front of it (as FuseOps
+    leaves it): the transpose inlined, the 16 lanes of each block one vector, and the numbers
+    those of numpy's bf16 rounding."""
+    from tvm import s_tir, te, topi
+
+    from aotc.compiler.default_schedules.cpu_attention import AttentionPacks
+    x = te.placeholder((1, 2, 32, 16), "float32", "x")
+    source = topi.transpose(x, (0, 1, 3, 2)) if pack is attention_kernels.pack_keys else x
+    packed = pack(source)
+    func = te.create_prim_func([x, packed])
+    sch = AttentionPacks().schedule(s_tir.Schedule(func), BF16_TARGET)
+    assert sch is not None
+    script = sch.mod.script()
+    assert "T.vectorized(16)" in script and "T_transpose" not in script
+    data = RNG.standard_normal((1, 2, 32, 16)).astype(np.float32)
+    out_shape = [int(d) for d in packed.shape]
+    out = tvm.runtime.empty(out_shape, "uint16")
+    tvm.compile(sch.mod, target=PLAIN_TARGET)["main"](tvm.runtime.tensor(data), out)
+    values = data.transpose(0, 1, 3, 2) if pack is attention_kernels.pack_keys else data
+    bits = dot_kernels.bf16_bits(values)  # [..., K, N]: K in pairs, N in blocks of 16
+    k, n = bits.shape[-2:]
+    want = bits.reshape(1, 2, k // 2, 2, n // 16, 16).transpose(0, 1, 4, 2, 5, 3)
+    np.testing.assert_array_equal(out.numpy(), want)
