@@ -18,7 +18,9 @@ no torch column for those). Prints a table, writes JSON and a bar plot next to i
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -130,10 +132,18 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/latest.json")
     args = parser.parse_args()
     from aotc.runtime._tvm_runtime import num_threads
-    work = Path(tempfile.mkdtemp(prefix="aotc-bench-"))
+    work = scratch_folder("aotc-bench-")
     bench_all(args.models.split(","), lambda name: bench_model(name, work, args.rounds, args.runs),
               _format, Path(args.out), _plot,
               {"aotc_threads": num_threads(), "rounds": args.rounds, "runs": args.runs})
+
+
+def scratch_folder(prefix: str) -> Path:
+    """A new temporary folder for a bench's models and artifacts, removed when the bench
+    exits (a run over the standard models leaves several GB)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    return work
 
 
 def bench_all(names, bench, format_row, out: Path, plot, settings: dict) -> list[dict]:

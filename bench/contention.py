@@ -23,11 +23,10 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench_models import source_model
+from bench_models import scratch_folder, source_model
 
 ENGINES = {"aotc": {}, "aotc_pool": {"AOTC_PARALLELISM": "pool"}, "onnxruntime": {}}
 SCENARIOS = ("quiet", "1 neighbour", "2 neighbours", "quota 1 core", "2 processes")
@@ -199,7 +198,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--out", default="bench/results/contention.json")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="aotc-contention-"))
+    work = scratch_folder("aotc-contention-")
     quota = Quota()
     try:
         rows = [row for name in args.models.split(",")

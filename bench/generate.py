@@ -21,11 +21,11 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_models import scratch_folder  # noqa: E402
 from peers import host, versions  # noqa: E402
 
 ENGINES = ("aotc", "aotc_bf16", "onnxruntime", "openvino_fp32", "openvino_default")
@@ -210,7 +210,7 @@ def main() -> None:
     import numpy as np
 
     from aotc.examples import decoders
-    work = Path(args.work or tempfile.mkdtemp(prefix="aotc-generate-"))
+    work = Path(args.work) if args.work else scratch_folder("aotc-generate-")
     work.mkdir(parents=True, exist_ok=True)
     onnx_path = decoders.export_gpt2(work, args.layers, args.heads, args.width, args.vocabulary)
     capacity = args.prompt + args.new

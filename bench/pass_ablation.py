@@ -17,11 +17,10 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import median_ms_in_subprocess  # noqa: E402
+from bench_models import median_ms_in_subprocess, scratch_folder  # noqa: E402
 
 TIMER = """
 import sys, time, numpy as np, aotc
@@ -58,7 +57,7 @@ def time_in_process(artifact: Path, runs: int) -> float:
 
 
 def ablate(pass_name: str, model: str, rounds: int, runs: int) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="aotc-ablation-"))
+    work = scratch_folder("aotc-ablation-")
     source = model_path(model, work)
     (with_pass, k_with), (without, k_without) = (build(source, work, pass_name, True),
                                                  build(source, work, pass_name, False))

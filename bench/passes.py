@@ -19,11 +19,10 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import median_ms_in_subprocess, source_model  # noqa: E402
+from bench_models import median_ms_in_subprocess, scratch_folder, source_model  # noqa: E402
 
 DEFAULT_PASSES = ("FoldChannelAffine,ConvertLayoutNHWC,FuseAttention,PrepackWeights,FuseOps,"
                   "ApplyRulesSafely,VectorMath,FoldConstantsNumpy")
@@ -150,7 +149,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", default="bench/results/passes.json")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="aotc-passes-"))
+    work = scratch_folder("aotc-passes-")
     results = []
     for name in args.models.split(","):
         results.append(bench_model(name, work, args.passes.split(","), args.rounds, args.runs))

@@ -33,12 +33,11 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import bench_all  # noqa: E402
+from bench_models import bench_all, scratch_folder  # noqa: E402
 
 MODELS = ("resnet50,mobilenetv3_large,efficientnet_b0,convnext_t,vit_b16,bert_base,gpt2,"
           "whisper_base_encoder")
@@ -380,14 +379,14 @@ def main() -> None:
                         help="build every artifact this many times, the engines alternating; "
                         "compile seconds are the median, the ratio the median per round")
     parser.add_argument("--work", default=None, help="folder for models and artifacts "
-                        "(default: a new temporary folder)")
+                        "(default: a temporary folder, removed at the end)")
     parser.add_argument("--out", default="bench/results/peers.json")
     args = parser.parse_args()
     engines = args.engines.split(",")
     unknown = set(engines) - set(ENGINES)
     if unknown:
         parser.error(f"unknown engines {sorted(unknown)}; known: {', '.join(ENGINES)}")
-    work = Path(args.work or tempfile.mkdtemp(prefix="aotc-peers-"))
+    work = Path(args.work) if args.work else scratch_folder("aotc-peers-")
     work.mkdir(parents=True, exist_ok=True)
     bench_all(args.models.split(","), lambda name: bench_model(name, work, engines, args.rounds,
                                                                  args.runs, args.compile_rounds),

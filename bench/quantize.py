@@ -20,13 +20,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_models import bench_all, median_ms_in_subprocess, source_model  # noqa: E402
+from bench_models import (  # noqa: E402
+    bench_all,
+    median_ms_in_subprocess,
+    scratch_folder,
+    source_model,
+)
 
 
 def _half_precisions() -> tuple[str, ...]:
@@ -226,7 +230,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--out", default="bench/results/quantize.json")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="aotc-quantize-"))
+    work = scratch_folder("aotc-quantize-")
     bench_all(args.models.split(","), lambda name: bench_model(name, work, args.rounds, args.runs),
               _format, Path(args.out), _plot, {"rounds": args.rounds, "runs": args.runs})
 

@@ -25,6 +25,7 @@ and re-timed."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import re
 import shutil
@@ -239,6 +240,7 @@ def warm_start_main(names: list[str], seeds: list[int], budgets: list[int], out:
     from aotc.schedules.report import best_at
     found = find_tasks(names)
     state_dir = Path(tempfile.mkdtemp(prefix="aotc-warm-"))
+    atexit.register(shutil.rmtree, state_dir, ignore_errors=True)
     runs = []
     for seed in seeds:
         for name in names:

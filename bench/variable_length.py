@@ -22,11 +22,10 @@ import json
 import platform
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_models import MEASURE, median_ms_in_subprocess  # noqa: E402
+from bench_models import MEASURE, median_ms_in_subprocess, scratch_folder  # noqa: E402
 
 SMALL = {"bert": {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                   "intermediate_size": 512},
@@ -131,7 +130,7 @@ def main() -> None:
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--out", default="bench/results/variable_length.json")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="aotc-varlen-"))
+    work = scratch_folder("aotc-varlen-")
     rows = [row for name in args.models.split(",") for row in bench_model(name, work, args)]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
