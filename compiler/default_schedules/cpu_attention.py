@@ -23,13 +23,18 @@ from tvm.target import Target
 from aotc.targets import bf16_dot
 
 from ..attention_kernels import GROUP, LANES, PACK_BLOCKS, SCORES_BLOCK
-from .cpu_blocks import CpuRule, _extent, divisible, vector_lanes
+from .cpu_blocks import CpuRule, _extent, _largest_divisor, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
 from .cpu_rows import compute_rows_under, inline_single_reader_blocks, schedule_injective_tail
 from .dot_intrinsics import BF16_LLVM, BF16_16x2
 
 ROWS = 8  # query rows per parallel task (FuseAttention pads the rows to a multiple of 8)
 OUT_VECTORS = 16  # accumulators of the output tile: ROWS x (OUT_VECTORS / ROWS) vectors
+# bf16 register tiles: 4 rows x up to 4 vectors (of keys for the scores, of the head dim for
+# the output). Each broadcast pair of a row then feeds up to 4 vdpbf16ps; the float32 tiles
+# take their activation as a memory operand of the FMA, which vdpbf16ps here does not.
+BF16_TILE_ROWS = 4
+SCORE_VECTORS = 4
 
 
 def _attention_blocks(sch: s_tir.Schedule):
@@ -70,11 +75,14 @@ class Attention(CpuRule):
                 (_extent(sch, rows) is None and not divisible(sch, rows, ROWS)):
             return None
         row_out, row_in = sch.split(rows, factors=[None, ROWS])
-        col_tile = lanes * max(1, min(_extent(sch, cols) // lanes, OUT_VECTORS // ROWS))
-        col_tiles, col_out, col_in = sch.split(cols, factors=[None, col_tile // lanes, lanes])
+        # bf16: a tile of BF16_TILE_ROWS rows, so that each broadcast feeds more vectors
+        tile_rows = BF16_TILE_ROWS if bf16 else ROWS
+        col_vectors = _largest_divisor(_extent(sch, cols) // lanes, OUT_VECTORS // tile_rows)
+        col_tiles, col_out, col_in = sch.split(cols, factors=[None, col_vectors, lanes])
         # bf16: each step of the weighted sum takes a pair of keys (vdpbf16ps)
         keys, pair = sch.split(keys, factors=[None, GROUP]) if bf16 else (keys, None)
-        sch.reorder(*batch, row_out, col_tiles, keys, row_in, col_out, col_in,
+        row_sub, row_in = sch.split(row_in, factors=[None, tile_rows])
+        sch.reorder(*batch, row_out, col_tiles, row_sub, keys, row_in, col_out, col_in,
                     *([pair] if bf16 else []))
         task = sch.fuse(*batch, row_out)
         sch.parallel(task)
@@ -84,9 +92,9 @@ class Attention(CpuRule):
                 sch.reverse_compute_inline(block.block_rv)
             except ScheduleError:
                 return None
-        # at the column tile: the accumulators are indexed by constants after unrolling, so
-        # LLVM keeps them in registers
-        sch.reverse_compute_at(write_back, col_tiles, preserve_unit_loops=True)
+        # at the row tile: the accumulators are indexed by constants after unrolling, so LLVM
+        # keeps them in registers
+        sch.reverse_compute_at(write_back, row_sub, preserve_unit_loops=True)
         schedule_injective_tail(sch, write_back, lanes)
         # Keep the probabilities the output product reads (inlined, each key of the product
         # would divide by the row sum again).
@@ -109,15 +117,20 @@ class Attention(CpuRule):
     @staticmethod
     def _tile_scores(sch, block, lanes: int, bf16: bool) -> None:
         """rows x one vector of keys accumulated across the head dim in a register tile, then
-        written to the row block's scores (bf16: a pair of head-dim values a step)."""
+        written to the row block's scores (bf16: BF16_TILE_ROWS rows x up to SCORE_VECTORS
+        vectors, a pair of head-dim values a step)."""
         rows, cols, depth = sch.get_loops(block)[-3:]
-        col_out, col_in = sch.split(cols, factors=[None, lanes])
+        keys = _extent(sch, cols)  # None: symbolic (a multiple of lanes)
+        vectors = _largest_divisor(keys // lanes, SCORE_VECTORS) if bf16 and keys else 1
+        col_out, col_vec, col_in = sch.split(cols, factors=[None, vectors, lanes])
         depth, pair = sch.split(depth, factors=[None, GROUP]) if bf16 else (depth, None)
-        sch.reorder(col_out, depth, rows, col_in, *([pair] if bf16 else []))
+        row_sub, rows = sch.split(rows, factors=[None, BF16_TILE_ROWS if bf16 else ROWS])
+        sch.reorder(col_out, row_sub, depth, rows, col_vec, col_in, *([pair] if bf16 else []))
         write_back = sch.cache_write(block, 0, "global")
-        sch.reverse_compute_at(write_back, col_out, preserve_unit_loops=True)
+        sch.reverse_compute_at(write_back, row_sub, preserve_unit_loops=True)
         schedule_injective_tail(sch, write_back, lanes)
         sch.unroll(rows)
+        sch.unroll(col_vec)
         if not bf16:
             sch.vectorize(col_in)
         sch.decompose_reduction(block, depth)
