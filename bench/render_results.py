@@ -207,6 +207,8 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_bert_combined_qkv": ("BERT-base with Q, K and V as one matmul", peers_table),
     "peers_mobilenetv3_bf16_residual": ("bf16 MobileNetV3-Large, 6 rounds", peers_table),
     "peers_bf16_attention": ("bf16 BERT-base and ViT-B/16 with bf16 attention", peers_table),
+    "peers_fp32_vit_whisper": ("float32 ViT-B/16 and Whisper-base encoder, 8 rounds",
+                               peers_table),
     "generate": ("Generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
     "variable_length_gpt2": ("Variable-length inputs: GPT-2 small", variable_length_table),
