@@ -76,3 +76,15 @@ def test_attention_rule_keeps_scores_per_row_block():
     # output of a row block are computed there, not as passes over the whole matrix
     for block in sch.get_child_blocks(sch.get_sblock("root")):
         assert sch.get(sch.get_loops(block)[0]).same_as(sch.get(root_loops[0]))
+
+
+def test_the_scale_is_applied_as_the_score_tile_is_written():
+    """The scaled (and masked) scores are written by the score tile's write-back: no block of
+    their own, which would be one more pass over the row block's scores."""
+    func = _fused_attention_primfunc(128)
+    assert 'T.sblock("T_divide")' in tvm.IRModule({"main": func}).script()
+    with TARGET:
+        sch = Attention().apply(func, TARGET, False)
+    script = sch.mod.script()
+    assert 'T.sblock("T_divide")' not in script
+    assert 'T.sblock("matmul_intermediate_global")' in script

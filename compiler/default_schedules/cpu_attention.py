@@ -25,7 +25,12 @@ from aotc.targets import bf16_dot
 from ..attention_kernels import GROUP, LANES, PACK_BLOCKS, SCORES_BLOCK
 from .cpu_blocks import CpuRule, _extent, _largest_divisor, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
-from .cpu_rows import compute_rows_under, inline_single_reader_blocks, schedule_injective_tail
+from .cpu_rows import (
+    compute_rows_under,
+    inline_single_reader_blocks,
+    is_reduction,
+    schedule_injective_tail,
+)
 from .dot_intrinsics import BF16_LLVM, BF16_16x2
 
 ROWS = 8  # query rows per parallel task (FuseAttention pads the rows to a multiple of 8)
@@ -103,7 +108,14 @@ class Attention(CpuRule):
             sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
                                                 for c in sch.get_consumers(block)))
         compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
-        self._tile_scores(sch, scores.block_rv, lanes, bf16)
+        write_back = self._tile_scores(sch, scores.block_rv, lanes, bf16)
+        # the scale and mask applied as the tile is written (one pass less over the rows)
+        consumers = sch.get_consumers(write_back)
+        if len(consumers) == 1 and not is_reduction(sch, consumers[0]):
+            try:
+                sch.reverse_compute_inline(consumers[0])
+            except ScheduleError:
+                pass
         sch.unroll(row_in)
         sch.unroll(col_out)
         if not bf16:
@@ -115,7 +127,7 @@ class Attention(CpuRule):
         return sch
 
     @staticmethod
-    def _tile_scores(sch, block, lanes: int, bf16: bool) -> None:
+    def _tile_scores(sch, block, lanes: int, bf16: bool):
         """rows x one vector of keys accumulated across the head dim in a register tile, then
         written to the row block's scores (bf16: BF16_TILE_ROWS rows x up to SCORE_VECTORS
         vectors, a pair of head-dim values a step)."""
@@ -136,6 +148,7 @@ class Attention(CpuRule):
         sch.decompose_reduction(block, depth)
         if bf16:
             sch.tensorize(col_in, BF16_16x2)
+        return write_back
 
 
 class AttentionPacks(CpuRule):
