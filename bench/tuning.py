@@ -25,7 +25,6 @@ and re-timed."""
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import re
 import shutil
@@ -34,6 +33,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_models import scratch_folder  # noqa: E402
 
 # kernel -> (example model, task name pattern, output shape): found by structure, since the
 # names compile gives kernels change with the passes (a fixed name went stale twice)
@@ -239,8 +241,7 @@ def warm_start_main(names: list[str], seeds: list[int], budgets: list[int], out:
     starting from the model of the next kernel's cold run."""
     from aotc.schedules.report import best_at
     found = find_tasks(names)
-    state_dir = Path(tempfile.mkdtemp(prefix="aotc-warm-"))
-    atexit.register(shutil.rmtree, state_dir, ignore_errors=True)
+    state_dir = scratch_folder("aotc-warm-")
     runs = []
     for seed in seeds:
         for name in names:

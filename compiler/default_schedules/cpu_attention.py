@@ -108,7 +108,7 @@ class Attention(CpuRule):
             sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
                                                 for c in sch.get_consumers(block)))
         compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
-        write_back = self._tile_scores(sch, scores.block_rv, lanes, bf16)
+        write_back = self._tile_scores(sch, scores.block_rv, lanes, tile_rows, bf16)
         # the scale and mask applied as the tile is written (one pass less over the rows)
         consumers = sch.get_consumers(write_back)
         if len(consumers) == 1 and not is_reduction(sch, consumers[0]):
@@ -127,16 +127,16 @@ class Attention(CpuRule):
         return sch
 
     @staticmethod
-    def _tile_scores(sch, block, lanes: int, bf16: bool):
-        """rows x one vector of keys accumulated across the head dim in a register tile, then
-        written to the row block's scores (bf16: BF16_TILE_ROWS rows x up to SCORE_VECTORS
-        vectors, a pair of head-dim values a step)."""
+    def _tile_scores(sch, block, lanes: int, tile_rows: int, bf16: bool):
+        """``tile_rows`` rows x one vector of keys accumulated across the head dim in a register
+        tile, then written to the row block's scores (bf16: up to SCORE_VECTORS vectors, a
+        pair of head-dim values a step)."""
         rows, cols, depth = sch.get_loops(block)[-3:]
         keys = _extent(sch, cols)  # None: symbolic (a multiple of lanes)
         vectors = _largest_divisor(keys // lanes, SCORE_VECTORS) if bf16 and keys else 1
         col_out, col_vec, col_in = sch.split(cols, factors=[None, vectors, lanes])
         depth, pair = sch.split(depth, factors=[None, GROUP]) if bf16 else (depth, None)
-        row_sub, rows = sch.split(rows, factors=[None, BF16_TILE_ROWS if bf16 else ROWS])
+        row_sub, rows = sch.split(rows, factors=[None, tile_rows])
         sch.reorder(col_out, row_sub, depth, rows, col_vec, col_in, *([pair] if bf16 else []))
         write_back = sch.cache_write(block, 0, "global")
         sch.reverse_compute_at(write_back, row_sub, preserve_unit_loops=True)

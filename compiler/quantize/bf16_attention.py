@@ -55,13 +55,11 @@ def _parts(func: relax.Function) -> dict | None:
     bindings = [b for block in func.body.blocks for b in block.bindings]
     parts: dict = {"scale": None, "divide": False, "mask": None, "nan_value": None}
     chain = None  # the variable the chain has reached
-    matmuls = 0
     for binding in bindings:
         value, name = binding.value, op_name(binding.value)
         args = list(getattr(value, "args", []))
-        if name == "relax.matmul" and matmuls == 0:
+        if name == "relax.matmul" and "q" not in parts:
             parts["q"], parts["kt"] = args
-            matmuls = 1
         elif name == "relax.matmul":
             if not args[0].same_as(chain):
                 return None
@@ -87,11 +85,11 @@ class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
         self.mod = mod
-        self.replaced: set = set()
         self.kernels: set = set()
 
     def _bound(self, expr, params: dict):
-        """A function parameter as the caller's argument; a constant as its number."""
+        """A function parameter as the caller's argument (anything else, such as a constant
+        inside the function, as it is)."""
         return params.get(expr, expr)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -130,7 +128,6 @@ class _Rewriter(relax.PyExprMutator):
         # marked opaque once all are made: marked now, the next layer's identical kernel would
         # no longer match it and be added again
         self.kernels.add(bb.lookup_binding(out).args[0])
-        self.replaced.add(call.op)
         return out
 
 
@@ -152,19 +149,5 @@ class AttentionBF16:
         out = mutate_functions(mod, rewriter)
         for gv in rewriter.kernels:
             out[gv] = out[gv].with_attr("op_pattern", _OPAQUE)
-        for gv in rewriter.replaced:
-            if gv in out and not _still_called(out, gv):
-                del out[gv]
-        return out
-
-
-def _still_called(mod: tvm.IRModule, gv: relax.GlobalVar) -> bool:
-    found = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and expr.op.same_as(gv):
-            found.append(expr)
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function) and not _composite(func):
-            relax.analysis.post_order_visit(func, visit)
-    return bool(found)
+        # the grouped functions no call reaches any more
+        return relax.transform.DeadCodeElimination()(out)
