@@ -13,9 +13,10 @@ from aotc.runtime.inputs import random_inputs
 RTOL, ATOL = 1e-4, 1e-4
 
 
-def compile_and_load(model, tmp_path: Path, name: str = "model", **kwargs):
+def compile_and_load(model, tmp_path: Path, name: str = "model", target: str = "x86",
+                     **kwargs):
     out = tmp_path / f"{name}.so"
-    aotc.compile(model, target="x86", output=out, **kwargs)
+    aotc.compile(model, target=target, output=out, **kwargs)
     return aotc.load(out)
 
 

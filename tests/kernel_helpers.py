@@ -50,3 +50,26 @@ def against_unmapped_pages(shape, at_end: bool, dtype=np.float32):
     start = page + (pages * page - nbytes if at_end else 0)
     array = np.frombuffer(mapping, dtype, int(np.prod(shape)), start).reshape(shape)
     return array, mapping
+
+
+def skip_unless_runs_here(target) -> None:
+    """Skip the rest of a test (its in-process run) when this host's CPU lacks the
+    instructions code built for ``target`` (an x86 llvm target of a fixed ISA) uses; what the
+    test checked before, the schedule and the machine code, holds on any host."""
+    import pytest
+
+    from aotc.targets import bf16_dot, fp16_dot, int8_dot, x86
+    target = tvm.target.Target(target) if isinstance(target, dict) else target
+    mattr = {str(a) for a in target.attrs.get("mattr", []) or []}
+    needed = {"avx2", "fma"}
+    if str(target.attrs.get("mcpu", "")) in x86._AVX512_CPUS or "+avx512f" in mattr:
+        needed |= {"avx512f", "avx512bw", "avx512vl"}
+    if int8_dot(target):
+        needed |= {"avx512f", "avx512_vnni"}
+    if bf16_dot(target):
+        needed |= x86._BF16_FLAGS
+    if fp16_dot(target):
+        needed |= x86._FP16_FLAGS
+    lacking = needed - x86.cpu_flags()
+    if lacking:
+        pytest.skip(f"this CPU lacks {', '.join(sorted(lacking))} to run the kernel")

@@ -11,10 +11,14 @@ from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper
 from tvm import te, topi
 
+from aotc.compiler.default_schedules import first_schedule_that_works
 from aotc.compiler.default_schedules.cpu_rules import Contraction, Generic, RowReduction, RowWise
+from aotc.compiler.default_schedules.vector_allocations import allocated_in_vectorized_loops
 from aotc.targets import resolve
 
 TARGET = tvm.target.Target(resolve("x86").tvm_target)
+# tests of a tile's shape build for a fixed ISA, not for whichever host runs them
+AVX512 = tvm.target.Target(resolve("x86-avx512").tvm_target)
 
 
 def _softmax_func(shape):
@@ -190,8 +194,8 @@ def test_depthwise_tile_keeps_accumulators_in_registers_and_runs_pixels_first():
     x = te.placeholder((1, 112, 112, 96), name="x")
     w = te.placeholder((3, 3, 1, 96), name="w")
     conv = topi.nn.group_conv2d_nhwc(x, w, 2, 1, 1, 96, "float32")
-    with TARGET:
-        sch = Contraction().apply(te.create_prim_func([x, w, conv]), TARGET, False)
+    with AVX512:
+        sch = Contraction().apply(te.create_prim_func([x, w, conv]), AVX512, False)
     blocks = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
               if sch.get(b).name_hint.endswith("_update")]
     loops = [sch.get(loop) for loop in sch.get_loops(blocks[0])]
@@ -220,8 +224,8 @@ def test_narrow_columns_use_half_vectors_not_one_odd_vector():
     """24 output channels: three 8-lane vectors per row (one 24-lane vector, or 8-column
     tiles that re-read the input three times, ran MobileNetV2's projections at ~34 GFLOP/s)."""
     a, b = te.placeholder((3136, 144), name="a"), te.placeholder((144, 24), name="b")
-    with TARGET:
-        sch = Contraction().apply(te.create_prim_func([a, b, topi.matmul(a, b)]), TARGET, False)
+    with AVX512:
+        sch = Contraction().apply(te.create_prim_func([a, b, topi.matmul(a, b)]), AVX512, False)
     kinds = _update_loop_kinds(sch)
     assert kinds[-2:] == [tvm.tirx.ForKind.UNROLLED, tvm.tirx.ForKind.VECTORIZED]
     blocks = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
@@ -347,3 +351,86 @@ def test_rules_for_reductions_refuse_kernels_without_one_before_their_analysis(m
     assert RowReduction().apply(elementwise, TARGET, False) is None
     assert Generic().apply(elementwise, TARGET, False) is not None
     assert cpu_blocks.CpuRule.needs_reduction is False
+
+
+AVX2 = tvm.target.Target(resolve("x86-avx2").tvm_target)
+
+
+def _argmax_func(shape):
+    x = te.placeholder(shape, name="x")
+    return te.create_prim_func([x, topi.argmax(x, axis=-1)])
+
+
+def _rows_vectorized_over_their_reduction(func):
+    """The schedule RowWise made before it checked which blocks a loop holds: the rows fused,
+    four to a vector, with each row's reduction computed under the vectorized loop."""
+    sch = tvm.s_tir.Schedule(func)
+    reduction, copy_out = sch.get_child_blocks(sch.get_sblock("root"))
+    rows = sch.fuse(*sch.get_loops(copy_out))
+    _, lanes = sch.split(rows, factors=[None, 4])
+    sch.compute_at(reduction, lanes, preserve_unit_loops=True)
+    sch.vectorize(lanes)
+    return sch
+
+
+def test_a_loop_over_rows_with_their_reduction_under_it_is_not_vectorized():
+    """An argmax over rows of 5: with AVX2's 8 int32 lanes, RowWise vectorized the loop over
+    rows (16 = 2 x 8) that the argmax reduction is computed under. TVM gives the accumulators
+    allocated inside that loop one element for all lanes, and every row got a wrong index."""
+    func = _argmax_func((4, 4, 5))
+    with AVX2:
+        sch = RowWise().apply(func, AVX2, False)
+    assert sch is not None
+    assert allocated_in_vectorized_loops(sch.mod["main"]) == []
+    kinds = [sch.get(loop).kind for block in sch.get_child_blocks(sch.get_sblock("root"))
+             for loop in sch.get_loops(block)]
+    assert tvm.tirx.ForKind.VECTORIZED not in kinds
+
+
+def test_a_schedule_that_allocates_inside_a_vectorized_loop_is_refused():
+    func = _argmax_func((3, 4, 5))
+    bad = _rows_vectorized_over_their_reduction(func)
+    assert allocated_in_vectorized_loops(bad.mod["main"]) == ["x_red_temp.v0", "x_red_temp.v1"]
+
+    class Unsafe:
+        def apply(self, func, target, tunable):
+            return _rows_vectorized_over_their_reduction(func)
+
+    with AVX2:
+        chosen = first_schedule_that_works([Unsafe(), RowWise()], func, AVX2)
+    assert chosen is not None
+    assert allocated_in_vectorized_loops(chosen.mod["main"]) == []
+    expected = RowWise().apply(func, AVX2, False)
+    tvm.ir.assert_structural_equal(chosen.mod, expected.mod)
+
+
+def _single_node_model(path, node, shape, outputs, inits=()):
+    graph = helper.make_graph(
+        [node], "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        outputs, list(inits))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("case", ["hardmax", "argmax", "layer_norm_with_mean"])
+def test_short_row_reductions_match_onnxruntime_on_avx2(case, tmp_path):
+    """Reductions over rows shorter than a vector, built for AVX2 (which every x86 host of
+    these tests runs): the kernels that were wrong when AVX2 was the host."""
+    shape = [2, 3, 4, 5]
+    if case == "hardmax":
+        node = helper.make_node("Hardmax", ["x"], ["y"], axis=-1)
+        outputs, inits = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], []
+    elif case == "argmax":
+        node = helper.make_node("ArgMax", ["x"], ["y"], axis=-1, keepdims=0)
+        outputs, inits = [helper.make_tensor_value_info("y", TensorProto.INT64, shape[:-1])], []
+    else:
+        rng = np.random.default_rng(0)
+        inits = [onnx.numpy_helper.from_array(rng.standard_normal(shape[-1:]).astype(np.float32),
+                                              n) for n in ("g", "b")]
+        node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv"],
+                                axis=-1)
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape),
+                   helper.make_tensor_value_info("mean", TensorProto.FLOAT, shape[:-1] + [1]),
+                   helper.make_tensor_value_info("inv", TensorProto.FLOAT, shape[:-1] + [1])]
+    path = _single_node_model(tmp_path / f"{case}.onnx", node, shape, outputs, inits)
+    check_against_onnxruntime(path, tmp_path, rtol=1e-5, atol=1e-5, target="x86-avx2")

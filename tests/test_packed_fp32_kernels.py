@@ -7,7 +7,7 @@ on the stack."""
 import numpy as np
 import pytest
 import tvm
-from kernel_helpers import build_scheduled, check_guard, guarded_output
+from kernel_helpers import build_scheduled, check_guard, guarded_output, skip_unless_runs_here
 from tvm import s_tir, te
 
 from aotc.compiler import dot_kernels as k
@@ -42,6 +42,7 @@ def test_conv(lanes, ic, oc, stride, pad, dilation):
             want += xp[:, i * dilation:i * dilation + oh * stride:stride,
                        j * dilation:j * dilation + ow * stride:stride] @ w[i, j]
     got, whole = guarded_output(want.shape)
+    skip_unless_runs_here(TARGETS[lanes])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
     check_guard(whole, want.shape)
@@ -60,6 +61,7 @@ def test_matmul(lanes, shape, n):
     lib = _build(te.create_prim_func([xt, wt, out]), lanes)
     want = np.maximum(x.astype(np.float64) @ w, 0)
     got, whole = guarded_output(want.shape)
+    skip_unless_runs_here(TARGETS[lanes])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
     check_guard(whole, want.shape)
@@ -82,6 +84,7 @@ def test_both_tile_orders(pixels):
     assert _channels_outermost(sch) != pixels
     lib = tvm.compile(sch.mod, target=target)
     got, whole = guarded_output((1, 14, 14, 64))
+    skip_unless_runs_here(target)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
     want = sum(xp[:, i:i + 14, j:j + 14] @ w[i, j] for i in range(3) for j in range(3))
@@ -139,6 +142,7 @@ def test_a_short_reductions_tile_buffer_stays_on_the_stack(ic, stays_on_the_stac
     asm = lib.mod.inspect_source("asm")
     assert ("TVMBackendAllocWorkspace@GOTPCREL" not in asm) == stays_on_the_stack
     got = tvm.runtime.tensor(np.zeros((1, 7, 7, 192), np.float32))
+    skip_unless_runs_here(TARGETS[16])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), x @ w[0, 0], rtol=1e-4, atol=1e-3)
 
@@ -159,5 +163,6 @@ def test_matmul_tile_rows(rows, tile_rows):
     assert re.findall(r"T\.unroll\((\d+)\)", sch.mod.script())[0] == str(tile_rows)
     lib = _build(func, 16)
     got = tvm.runtime.tensor(np.zeros((1, rows, 64), np.float32))
+    skip_unless_runs_here(TARGETS[16])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)

@@ -8,7 +8,13 @@ import multiprocessing
 import numpy as np
 import pytest
 import tvm
-from kernel_helpers import against_unmapped_pages, build_scheduled, check_guard, guarded_output
+from kernel_helpers import (
+    against_unmapped_pages,
+    build_scheduled,
+    check_guard,
+    guarded_output,
+    skip_unless_runs_here,
+)
 from tvm import te
 
 from aotc.compiler import winograd_kernels as wk
@@ -53,6 +59,7 @@ def run_winograd(x, w, m, padding, epilogue=None):
         shape = [int(d) for d in tensors[-1].shape]
         out, whole = guarded_output(shape)
         args = inputs + ([tvm.runtime.tensor(u)] if rule.__class__ is PackedDot else [])
+        skip_unless_runs_here(TARGET)
         lib["main"](*args, out)
         check_guard(whole, shape)
         inputs = [out]
@@ -101,6 +108,7 @@ def _input_transform_against_unmapped_pages(shape, m, at_end):
 def test_input_transform_reads_nothing_outside_its_input(shape, m, at_end):
     """The padding taps (top/left rows before the input, the last partial tile's past it) are
     guarded loads: here an unguarded one would segfault the child."""
+    skip_unless_runs_here(TARGET)
     child = multiprocessing.get_context("spawn").Process(
         target=_input_transform_against_unmapped_pages, args=(shape, m, at_end))
     child.start()

@@ -18,6 +18,7 @@ from aotc.targets import TargetSpec
 
 from ..kernel_table import with_flops
 from . import cpu_rules, gpu_rules
+from .vector_allocations import allocated_in_vectorized_loops
 
 RULE_SETS = {"cpu": cpu_rules.RULES, "gpu": gpu_rules.RULES}
 LOG = logging.getLogger("aotc.schedule")
@@ -77,13 +78,20 @@ class ApplyRulesSafely:
     def _tuned(self, func, target, default):
         if self.tuned is None:
             return None
+        name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
         try:
-            return self.tuned.schedule_for(func, target, default)
+            scheduled = self.tuned.schedule_for(func, target, default)
         except Exception as err:  # a record that does not replay
-            name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
             LOG.warning("tuned schedule for kernel %s did not apply (%s): default rules",
                         name, meaningful_line(err))
             return None
+        unsafe = [] if scheduled is None else allocated_in_vectorized_loops(scheduled)
+        if unsafe:
+            LOG.warning("tuned schedule for kernel %s allocates %s inside a vectorized loop "
+                        "(TVM would give all its lanes one copy): default rules", name,
+                        ", ".join(unsafe))
+            return None
+        return scheduled
 
     def _first_rule_that_works(self, func, target):
         sch = first_schedule_that_works(self.rules, func, target)
@@ -92,8 +100,9 @@ class ApplyRulesSafely:
 
 def first_schedule_that_works(rules, func, target):
     """The schedule of the first of ``rules`` that accepts ``func`` (a traced Schedule; None
-    when none does). A rule that TVM's primitives reject on the kernel is skipped; a Python
-    error in a rule (BUG_ERRORS) is a CompileError naming the rule and kernel."""
+    when none does). A rule that TVM's primitives reject on the kernel is skipped, as is a
+    schedule that allocates inside a vectorized loop (vector_allocations.py); a Python error in
+    a rule (BUG_ERRORS) is a CompileError naming the rule and kernel."""
     name = func.attrs.get("global_symbol", "kernel") if func.attrs else "kernel"
     for rule in rules:
         try:
@@ -107,8 +116,17 @@ def first_schedule_that_works(rules, func, target):
             LOG.debug("schedule rule %s rejected kernel %s: %s", type(rule).__name__, name,
                       meaningful_line(err))
             continue
-        if sch is not None:
-            return sch[0] if isinstance(sch, list) else sch
+        if sch is None:
+            continue
+        sch = sch[0] if isinstance(sch, list) else sch
+        unsafe = allocated_in_vectorized_loops(sch.mod["main"])
+        if unsafe:
+            # TVM would compile it to wrong results (vector_allocations.py): a rule's mistake,
+            # said so, and the next rule takes the kernel.
+            LOG.warning("schedule rule %s allocates %s inside a vectorized loop of kernel %s; "
+                        "the next rule takes it", type(rule).__name__, ", ".join(unsafe), name)
+            continue
+        return sch
     return None
 
 

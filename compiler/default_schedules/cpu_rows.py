@@ -180,9 +180,14 @@ def is_reduction(sch, block) -> bool:
 
 def schedule_injective_tail(sch, block, lanes: int) -> None:
     """Vectorize the innermost loop of a block computed under the task loop in whole
-    vectors."""
+    vectors. A loop that other blocks are computed under is left scalar: that is the task loop
+    itself when the block has no loop of its own (an argmax's copy-out: one row per task), and
+    TVM's vectorizer gives the intermediates allocated under such a loop one element for all
+    its lanes (every lane of the row reduction then reads and writes the same accumulator)."""
     loops = sch.get_loops(block)
     inner = loops[-1]
+    if len(sch.get_child_blocks(inner)) != 1:
+        return
     if divisible(sch, inner, lanes) and _extent(sch, inner) != lanes:
         _, inner = sch.split(inner, factors=[None, lanes])
     if divisible(sch, inner, lanes):

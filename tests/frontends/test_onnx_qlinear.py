@@ -27,6 +27,7 @@ from onnxruntime.quantization import (
 )
 
 import aotc
+from aotc.targets.x86 import cpu_flags
 
 
 def _w(rng, name, *shape):
@@ -66,13 +67,20 @@ class _Reader(CalibrationDataReader):
         return next(self.samples, None)
 
 
+# Without VNNI, onnxruntime's u8 x s8 kernels add pairs of products in 16 bits (vpmaddubsw),
+# which saturate: on an AVX2-only host its int8 outputs were 5-9% of their range from the float
+# model's while aotc's were under 2.5%. Its results are the reference only where it has VNNI.
+ORT_INT8_EXACT = bool({"avx512_vnni", "avx_vnni"} & cpu_flags())
+
+
 def _check(path, float_path, tmp_path, feed, agree=0.02):
     aotc.compile(path, "x86", tmp_path / "q.so")
     want = ort.InferenceSession(str(path)).run(None, feed)[0]
     exact = ort.InferenceSession(str(float_path)).run(None, feed)[0]
     got = list(aotc.load(tmp_path / "q.so").run(feed).values())[0]
     span = want.max() - want.min()
-    np.testing.assert_allclose(got, want, atol=agree * span)
+    if ORT_INT8_EXACT:
+        np.testing.assert_allclose(got, want, atol=agree * span)
     assert np.abs(got - exact).max() <= np.abs(want - exact).max() + 0.02 * span
 
 

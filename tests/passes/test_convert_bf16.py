@@ -92,14 +92,14 @@ def test_rows_without_a_tile_are_padded_to_blocks():
 def test_numbers_match_bfloat16_rounded_float32():
     weights = _weights()
     x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
-    got = run_main(ConvertBF16(True, bytes_per_row=0)(_module(weights)), x, "cooperlake")
+    got = run_main(ConvertBF16(True, bytes_per_row=0)(_module(weights)), x)
     # reference: what the kernels compute, float32 sums of bfloat16-rounded operands; the
     # activation matmul's input (the first dense's output) is rounded there too
     rounded = {k: v.astype(ml_dtypes.bfloat16).astype(np.float32) if k in ("conv", "dense")
                else v for k, v in weights.items()}
-    want = run_main(_module(rounded), x.astype(ml_dtypes.bfloat16).astype(np.float32), "cooperlake")
+    want = run_main(_module(rounded), x.astype(ml_dtypes.bfloat16).astype(np.float32))
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
-    exact = run_main(_module(weights), x, "cooperlake")
+    exact = run_main(_module(weights), x)
     cos = float((got * exact).sum() / np.linalg.norm(got) / np.linalg.norm(exact))
     assert cos > 0.999
 
@@ -172,8 +172,7 @@ def test_bf16_winograd_numbers_near_float32():
     module: bf16's error, not a transform's error grown (cosine > 0.9999)."""
     weights = _winograd_weights()
     x = np.maximum(RNG.standard_normal((1, 28, 28, 16)), 0).astype(np.float32)
-    exact = run_main(_winograd_module(weights), x, "cooperlake")
+    exact = run_main(_winograd_module(weights), x)
     for winograd in (True, False):
-        got = run_main(ConvertBF16(True, winograd=winograd)(_winograd_module(weights)), x,
-                       "cooperlake")
+        got = run_main(ConvertBF16(True, winograd=winograd)(_winograd_module(weights)), x)
         assert_matches(got, exact, 0.9999, 0.02)

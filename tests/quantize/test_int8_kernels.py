@@ -6,7 +6,7 @@ the rule declines (Contraction schedules the kernel as plain integer loops)."""
 import numpy as np
 import pytest
 import tvm
-from kernel_helpers import build_scheduled, check_guard, guarded_output
+from kernel_helpers import build_scheduled, check_guard, guarded_output, skip_unless_runs_here
 from tvm import te
 
 from aotc.compiler import dot_kernels as k
@@ -50,6 +50,7 @@ def test_conv2d_matches_integer_reference(ic, oc, stride, pad, dilation):
     lib = _build(out, [xt, wt])
     want = _conv_reference(x, w, zero, stride, pad, dilation)
     got, whole = guarded_output(want.shape, "int32")
+    skip_unless_runs_here(VNNI)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_array_equal(got.numpy(), want)
     check_guard(whole, want.shape)
@@ -72,6 +73,7 @@ def test_matmul_with_leading_axes(m, n):
     lib = _build(out, [xt, wt, offset])
     got, whole = guarded_output((2, m, n), "int32")
     offsets = RNG.integers(-100, 100, n).astype(np.int32)
+    skip_unless_runs_here(VNNI)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), tvm.runtime.tensor(offsets),
                 got)
     xp = np.concatenate([x, np.full((2, m, 2), 3, np.uint8)], -1).astype(np.int64)
@@ -121,6 +123,7 @@ def test_padded_channels_never_written_past_the_output(rule):
         sch = rule.apply(func, VNNI, False)
     lib = tvm.compile(sch.mod, target=VNNI)
     got, whole = guarded_output((1, 1000), "int32")
+    skip_unless_runs_here(VNNI)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_array_equal(got.numpy(), (x.astype(np.int64) @ w) * 3)
     check_guard(whole, (1, 1000))
@@ -151,6 +154,7 @@ def test_residual_input_computed_in_the_epilogue():
     lib = tvm.compile(sch.mod, target=VNNI)
     want = _conv_reference(x, w, 3, 1, 0, 1) * 0.01 + (r.astype(np.int64) - 5) * 0.5
     got = tvm.runtime.tensor(np.zeros(want.shape, np.float32))
+    skip_unless_runs_here(VNNI)
     lib["main"](tvm.runtime.tensor(r), tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
 
@@ -173,5 +177,6 @@ def test_a_short_reductions_tile_buffer_stays_on_the_stack(ic, stays_on_the_stac
     assert ("TVMBackendAllocWorkspace@GOTPCREL" not in asm) == stays_on_the_stack
     assert cpu_dot.STACK_TILE_ACCUMULATORS * 16 * 4 < 1024
     got = tvm.runtime.tensor(np.zeros((1, 28, 28, 96), np.int32))
+    skip_unless_runs_here(VNNI)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_array_equal(got.numpy(), _conv_reference(x, w, 3, 1, 0, 1))
