@@ -308,8 +308,8 @@ def host() -> dict:
         flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
     else:
         model = platform.processor()
-    wanted = ("avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8",
-              "avx512_fp16")
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
+              "amx_int8", "avx512_fp16")
     return {"cpu": model, "cores": os.cpu_count(),
             "features": [f for f in wanted if f" {f}" in flags]}
 

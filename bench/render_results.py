@@ -207,6 +207,7 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_bert_combined_qkv": ("BERT-base with Q, K and V as one matmul", peers_table),
     "peers_mobilenetv3_bf16_residual": ("bf16 MobileNetV3-Large, 6 rounds", peers_table),
     "peers_bf16_attention": ("bf16 BERT-base and ViT-B/16 with bf16 attention", peers_table),
+    "peers_avx2": ("Standard architectures on an AVX2 host without AVX-512", peers_table),
     "peers_fp32_vit_whisper": ("float32 ViT-B/16 and Whisper-base encoder, 8 rounds",
                                peers_table),
     "generate": ("Generation with a KV cache", generate_table),

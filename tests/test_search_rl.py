@@ -10,7 +10,7 @@ import random
 
 import numpy as np
 import tvm
-from test_tuning_space import TARGET, _matmul
+from test_tuning_space import _matmul
 from tvm.s_tir import meta_schedule as ms
 
 from aotc.schedules.builder import PersistentBuilder
@@ -20,6 +20,10 @@ from aotc.schedules.search.decisions import CATEGORICAL, TILE, decisions
 from aotc.schedules.search.policy import Policy, model_reward
 from aotc.schedules.search.rl import _Proposal, _Start
 from aotc.schedules.space import search_space
+from aotc.targets import resolve
+
+# candidates are built and run here: the host's own target
+TARGET = tvm.target.Target(resolve("x86").tvm_target)
 
 
 def _design_space_trace():

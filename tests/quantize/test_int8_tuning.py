@@ -3,12 +3,14 @@ PackedDot is one of its spaces: its tile becomes two sampled decisions whose def
 untuned schedule exactly."""
 
 import numpy as np
+import pytest
 import tvm
 from tvm import s_tir
 
 import aotc
 from aotc.api import tuning_tasks
 from aotc.compiler.default_schedules.cpu_dot import PackedDot
+from aotc.targets import int8_dot
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
 
@@ -48,6 +50,8 @@ def test_int8_kernels_are_searched_in_the_default_rules_spaces_only(tiny_onnx):
 
     int8 = [t for t in tasks if "int8" in t.name]
     assert [packed_format(t.func) for t in int8] == ["int8", "int8"]
+    if int8_dot(target) is None:  # the calibration runs on the host, so the target is its own
+        pytest.skip("without VNNI the int8 kernels are Contraction's, not PackedDot's")
     for task in int8:
         assert len(spaces(task.func, search_space(target, task.func))) == 2
         assert len(spaces(task.func, search_space(target))) > 2  # MetaSchedule's too
