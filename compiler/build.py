@@ -20,7 +20,7 @@ from aotc.atomic import replacing
 from aotc.errors import CompileError, TargetError
 from aotc.options import CompileOptions
 from aotc.runtime import artifact
-from aotc.targets import TargetSpec, runs_here
+from aotc.targets import TargetSpec, cpu_flags_needed, runs_here
 
 from . import buckets, cuda_codegen, kv_cache, parallel_codegen
 from .default_schedules import tuned_functions, tuning_share, unscheduled_functions
@@ -120,7 +120,8 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     metadata = {
         "signature": model.signature.to_json(),
         "target": {"name": spec.name, "family": spec.family, "tvm": spec.tvm_target,
-                   "arch": spec.arch, "device": spec.runtime_device},
+                   "arch": spec.arch, "device": spec.runtime_device,
+                   "cpu_flags": cpu_flags_needed(spec.tvm_target)},
         "versions": versions(),
         "source": Path(model.source).name,
         "opt_level": options.opt_level,

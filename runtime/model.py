@@ -280,9 +280,28 @@ def _check_runs_here(path: Path, target: dict) -> None:
         raise ArtifactError(f"{path}: built for {arch} (target {target['name']}); this machine "
                             f"is {platform.machine()}. Run it on {arch}, or package it "
                             f"(aotc package) and run bin/aotc-run under an emulator")
+    if arch == "x86_64":
+        _check_cpu_flags(path, target)
     if target.get("device", "cpu") not in DEVICES:
         raise ArtifactError(f"{path}: a {target['device']} model; this runtime runs "
                             f"{', '.join(DEVICES)} models")
+
+
+def _check_cpu_flags(path: Path, target: dict) -> None:
+    """Refuse a library whose code uses instructions this CPU lacks: an AVX-512 build on an
+    AVX2 machine would die with SIGILL at its first such instruction, mid-run."""
+    from aotc.targets import cpu_flags_needed, x86
+
+    needed = target.get("cpu_flags")
+    if needed is None:  # built before the metadata listed them
+        needed = cpu_flags_needed(target.get("tvm", {}))
+    lacking = x86.lacking_flags(needed)
+    if lacking:
+        mcpu = target.get("tvm", {}).get("mcpu", "?")
+        raise ArtifactError(
+            f"{path}: built for target {target['name']} (mcpu={mcpu}), whose code uses "
+            f"{', '.join(sorted(needed))}; this CPU lacks {', '.join(sorted(lacking))}. Compile "
+            f"it for this machine (--target x86) or for a preset this CPU has (aotc targets)")
 
 
 def _load_by_content(ffi, path: Path, digest: str):

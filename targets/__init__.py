@@ -45,6 +45,13 @@ def _first_answer(question: str, tvm_target):
     return None
 
 
+def cpu_flags_needed(tvm_target) -> list[str]:
+    """The /proc/cpuinfo flags a CPU needs to run the CPU code built for a TVM target (a GPU
+    target's host code included), sorted; empty where the family checks none (aarch64 code
+    runs under qemu, whose emulated CPU has every feature)."""
+    return sorted(_first_answer("flags_needed", tvm_target) or ())
+
+
 def int8_dot(tvm_target) -> str | None:
     """The int8 dot-product instructions ("avx512-vnni") the int8 kernels may be tensorized
     onto for this target, or None (they then run as plain integer loops)."""
@@ -107,5 +114,6 @@ def measurable_here(spec: TargetSpec) -> str | None:
     return runs_here(spec)
 
 
-__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "for_precision", "fp16_dot",
-           "int8_dot", "resolve", "measurable_here", "runs_here", "simd"]
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "cpu_flags_needed",
+           "for_precision", "fp16_dot", "int8_dot", "resolve", "measurable_here", "runs_here",
+           "simd"]

@@ -153,11 +153,45 @@ def presets() -> list[TargetSpec]:
     return [host(), *fixed()]
 
 
+# LLVM CPUs with AVX2 and FMA but not AVX-512 (those are in _AVX512_CPUS). Code for an mcpu in
+# neither set (x86-64, or one aotc's presets never name) is not checked for a baseline.
+_AVX2_CPUS = {"haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake",
+              "znver1", "znver2", "znver3"}
+_AVX2_FLAGS = {"avx2", "fma"}
+_AVX512_FLAGS = {"avx512f", "avx512bw", "avx512vl"}
+
+
+def flags_needed(attrs) -> set[str]:
+    """The /proc/cpuinfo flags a CPU needs to run code LLVM built for an x86 llvm target
+    (``attrs``: a Target's attrs or its dict form): the vector ISA its mcpu or mattr names and
+    the dot-product instructions it enables. Code built for a CPU with more than that (an
+    icelake-server build on an AVX2 machine) dies with SIGILL at its first such instruction."""
+    mattr = {str(a) for a in attrs.get("mattr", []) or []}
+    mcpu = str(attrs.get("mcpu", "") or "")
+    needed = set()
+    if mcpu in _AVX2_CPUS | _AVX512_CPUS or "+avx2" in mattr:
+        needed |= _AVX2_FLAGS
+    if simd(attrs) == (512, 32):
+        needed |= _AVX2_FLAGS | _AVX512_FLAGS
+    if int8_dot(attrs):
+        needed |= {"avx512f", "avx512_vnni"}
+    if bf16_dot(attrs):
+        needed |= _BF16_FLAGS
+    if fp16_dot(attrs):
+        needed |= _FP16_FLAGS
+    return needed
+
+
+def lacking_flags(needed) -> set[str]:
+    """Those of ``needed`` this CPU lacks; none where /proc/cpuinfo cannot be read (no flags
+    to go by: the check must not refuse every model there)."""
+    have = cpu_flags()
+    return set(needed) - have if have else set()
+
+
 def runs_here(spec: TargetSpec) -> str | None:
     """Why a .so for ``spec`` cannot run on this machine, or None."""
     if platform.machine() != "x86_64":
         return f"this machine is {platform.machine()}"
-    needed = {isa: flags for isa, flags, _mcpu in _ISA_LEVELS} | {
-        "avx512-bf16": _BF16_FLAGS, "avx512-fp16": _FP16_FLAGS | _BF16_FLAGS}
-    lacking = set().union(*(needed.get(f, set()) for f in spec.features)) - cpu_flags()
+    lacking = lacking_flags(flags_needed(spec.tvm_target))
     return f"this CPU lacks {', '.join(sorted(lacking))}" if lacking else None

@@ -106,3 +106,18 @@ def run_in_fresh_process(so_path, feed: dict[str, np.ndarray], tmp_path: Path,
                     str(out_path)], check=True, env=env, timeout=300, capture_output=capture)
     with np.load(out_path) as data:
         return dict(data)
+
+
+def claiming_a_flag_no_cpu_has(tiny_so: Path, folder: Path) -> Path:
+    """``tiny_so`` with its first CPU flag renamed to one no CPU has, resealed (the same
+    bytes otherwise: the name keeps its length)."""
+    import pytest
+    data = tiny_so.read_bytes()
+    listed = b'"cpu_flags": ["avx2"'
+    if listed not in data:
+        pytest.skip("the host preset's code needs no AVX2 on this CPU")
+    path = folder / "foreign.so"
+    path.write_bytes(data.replace(listed, b'"cpu_flags": ["avz2"'))
+    from aotc.runtime.artifact import seal
+    seal(path)
+    return path

@@ -58,18 +58,7 @@ def skip_unless_runs_here(target) -> None:
     test checked before, the schedule and the machine code, holds on any host."""
     import pytest
 
-    from aotc.targets import bf16_dot, fp16_dot, int8_dot, x86
-    target = tvm.target.Target(target) if isinstance(target, dict) else target
-    mattr = {str(a) for a in target.attrs.get("mattr", []) or []}
-    needed = {"avx2", "fma"}
-    if str(target.attrs.get("mcpu", "")) in x86._AVX512_CPUS or "+avx512f" in mattr:
-        needed |= {"avx512f", "avx512bw", "avx512vl"}
-    if int8_dot(target):
-        needed |= {"avx512f", "avx512_vnni"}
-    if bf16_dot(target):
-        needed |= x86._BF16_FLAGS
-    if fp16_dot(target):
-        needed |= x86._FP16_FLAGS
-    lacking = needed - x86.cpu_flags()
+    from aotc.targets import cpu_flags_needed, x86
+    lacking = x86.lacking_flags(cpu_flags_needed(target))
     if lacking:
         pytest.skip(f"this CPU lacks {', '.join(sorted(lacking))} to run the kernel")

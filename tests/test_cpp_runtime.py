@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_near_torch, inverted_residual_block
+from helpers import assert_near_torch, claiming_a_flag_no_cpu_has, inverted_residual_block
 
 import aotc
 from aotc import cpp_runner
@@ -77,6 +77,13 @@ def test_runner_errors_name_the_problem(runner, tiny_so, tmp_path):
     assert tampered.returncode == 1 and "integrity check failed" in tampered.stderr
     assert run_runner([runner, tmp_path / "none.so"]).returncode == 1
     assert run_runner([runner, tiny_so, "--runs", "x"]).returncode == 2
+
+
+def test_runner_refuses_a_model_this_cpu_cannot_run(runner, tiny_so, tmp_path):
+    """Instead of dying with SIGILL at the first instruction this CPU lacks."""
+    done = run_runner([runner, claiming_a_flag_no_cpu_has(tiny_so, tmp_path)])
+    assert done.returncode == 1
+    assert "this CPU lacks avz2. Compile it for this machine" in done.stderr, done.stderr
 
 
 def _npy_with_header(path: Path, shape: str, data: bytes, descr: str = "<f4") -> Path:

@@ -128,6 +128,11 @@ Metadata ParseMetadata(std::string_view data, bool verify, const std::string& pa
   auto has = [&](const char* key) { return target.find(ffi::Any(ffi::String(key))) != target.end(); };
   meta.device = has("device") ? Text(target, "device", path) : "cpu";
   meta.arch = has("arch") ? Text(target, "arch", path) : "x86_64";
+  if (has("cpu_flags")) {  // models built before the metadata listed them are not checked
+    for (const ffi::Any& flag : Field(target, "cpu_flags", path).cast<json::Array>()) {
+      meta.cpu_flags.push_back(std::string(flag.cast<ffi::String>()));
+    }
+  }
   auto signature = Field(object, "signature", path).cast<json::Object>();
   meta.inputs = ParseTensors(signature, "inputs", path);
   meta.outputs = ParseTensors(signature, "outputs", path);

@@ -3,7 +3,11 @@
 #include <tvm/ffi/container/shape.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include "aotc/model.h"
 #include "encrypted.h"
@@ -104,12 +108,42 @@ static DLDevice DeviceOf(const Metadata& meta, const std::string& path) {
   return DLDevice{found->second.type, 0};
 }
 
+// The flags on /proc/cpuinfo's first "flags" line; empty where it cannot be read.
+static std::set<std::string> CpuFlags() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    return {std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+  }
+  return {};
+}
+
+// An AVX-512 build on an AVX2 machine would die with SIGILL at its first such instruction.
+static void CheckCpuFlags(const Metadata& meta, const std::string& path) {
+  if (std::string(kArch) != "x86_64" || meta.cpu_flags.empty()) return;
+  std::set<std::string> have = CpuFlags();
+  if (have.empty()) return;  // nothing to go by
+  std::string needed, lacking;
+  for (const std::string& flag : meta.cpu_flags) {
+    needed += (needed.empty() ? "" : ", ") + flag;
+    if (!have.count(flag)) lacking += (lacking.empty() ? "" : ", ") + flag;
+  }
+  if (!lacking.empty()) {
+    throw Error(path + ": built for target " + meta.target_name + ", whose code uses " + needed +
+                "; this CPU lacks " + lacking +
+                ". Compile it for this machine (--target x86) or for a preset this CPU has");
+  }
+}
+
 static ffi::Module LoadLibrary(const Metadata& meta, const std::string& path,
                                const InMemoryLibrary* memory) {
   if (meta.arch != kArch) {
     throw Error(path + ": built for " + meta.arch + " (target " + meta.target_name +
                 "); this runner runs on " + kArch);
   }
+  CheckCpuFlags(meta, path);
   if (memory != nullptr) return memory->Load(meta.hash);
   // dlopen searches the library path for a name without a slash: "model.so" must mean the
   // file in the current folder, as it does for every other tool.

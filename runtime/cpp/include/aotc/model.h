@@ -42,6 +42,7 @@ struct Metadata {
   std::string target_name;
   std::string device;               // "cpu" | "cuda"
   std::string arch;                 // machine the .so was built for (x86_64, aarch64)
+  std::vector<std::string> cpu_flags;  // /proc/cpuinfo flags its code uses (x86; may be empty)
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   // symbolic dimension -> [min, max] sizes the model takes (signature "dim_ranges")
