@@ -82,11 +82,20 @@ def peers_table(data: dict) -> list[str]:
     slow = [f"{r['model']}: {len(r['slow_kernels'])}" for r in rows if r.get("slow_kernels")]
     notes = [f"Kernels the bench flags as far below their class: {', '.join(slow)}.", ""] \
         if slow else []
+    failures = [f"- {r['model']}, {engine}: {_last_line(error)}" for r in rows
+                for engine, error in r.get("errors", {}).items()]
+    if failures:
+        notes += ["Engines that failed (their last line of error):", "", *failures, ""]
     return [*_table(header, body), "", *notes,
             "Compile seconds:", "", *_per_engine(rows, engines, _compile_seconds, 1), "",
             *_compile_ratios(rows),
             "Cosine of each engine's output to torch's:", "",
             *_per_engine(rows, engines, _cosine, 5)]
+
+
+def _last_line(error: str) -> str:
+    lines = [line.strip(" -") for line in error.splitlines() if line.strip(" -")]
+    return lines[-1] if lines else "?"
 
 
 def _compile_seconds(row: dict, engine: str) -> float | None:
