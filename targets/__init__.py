@@ -64,6 +64,13 @@ def bf16_dot(tvm_target) -> str | None:
     return _first_answer("bf16_dot", tvm_target)
 
 
+def broadcast_register(tvm_target) -> bool:
+    """Whether a multiply-add of a broadcast activation needs that broadcast in a register of
+    its own (x86 without AVX-512: no embedded-broadcast memory operand), so that a register
+    tile must leave one free for it."""
+    return bool(_first_answer("broadcast_register", tvm_target))
+
+
 def fp16_dot(tvm_target) -> str | None:
     """The float16 vector instructions ("avx512-fp16") the fp16 kernels run on for this
     target, or None."""
@@ -114,6 +121,6 @@ def measurable_here(spec: TargetSpec) -> str | None:
     return runs_here(spec)
 
 
-__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "cpu_flags_needed",
-           "for_precision", "fp16_dot", "int8_dot", "resolve", "measurable_here", "runs_here",
-           "simd"]
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "broadcast_register",
+           "cpu_flags_needed", "for_precision", "fp16_dot", "int8_dot", "resolve",
+           "measurable_here", "runs_here", "simd"]

@@ -59,6 +59,13 @@ def simd(attrs) -> tuple[int, int] | None:
     return (512, 32) if wide else (256, 16)
 
 
+def broadcast_register(attrs) -> bool | None:
+    """True for an x86 target without AVX-512: its FMAs take no embedded-broadcast memory
+    operand ({1to16}), so every broadcast activation is a vbroadcastss into a register."""
+    found = simd(attrs)
+    return None if found is None else found[0] < 512
+
+
 # LLVM CPUs with AVX-512 VNNI (vpdpbusd); AMX machines have it too.
 _VNNI_CPUS = {"cascadelake", "cooperlake", "icelake-server", "icelake-client", "tigerlake",
               "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}

@@ -4,6 +4,8 @@ axes and one row (a classifier), at AVX-512's 16 lanes and AVX2's 8; the output 
 written past its end; the code is vectorized FMAs; a short reduction's tile buffer stays
 on the stack."""
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -11,7 +13,7 @@ from kernel_helpers import build_scheduled, check_guard, guarded_output, skip_un
 from tvm import s_tir, te
 
 from aotc.compiler import dot_kernels as k
-from aotc.compiler.default_schedules.cpu_dot import PackedDot
+from aotc.compiler.default_schedules.cpu_dot import PackedDot, tile_shape
 
 TARGETS = {16: {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
            8: {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}}
@@ -166,3 +168,53 @@ def test_matmul_tile_rows(rows, tile_rows):
     skip_unless_runs_here(TARGETS[16])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_avx2_tiles_leave_the_broadcast_a_register():
+    """Without AVX-512 every broadcast activation is a register of its own, so the tile's
+    accumulators and weight vectors leave it and one spare (R*V + V + 2 <= 16); among those
+    tiles, the one with the largest share of multiply-adds per broadcast and weight load.
+    AVX-512 tiles are unchanged."""
+    for blocks in (1, 2, 3, 4, 8, 24):
+        for rows in (1, 7, 14, 56, 128, 197):
+            r, v = tile_shape(blocks, rows, 16, broadcast_register=True)
+            assert blocks % v == 0 and rows % r == 0 and r * v + v + 2 <= 16
+    assert tile_shape(8, 56, 16, broadcast_register=True) == (4, 2)  # not 14x1, not 7x2
+    assert tile_shape(32, 14, 16, broadcast_register=True) == (2, 4)
+    assert tile_shape(64, 7, 16, broadcast_register=True) == (7, 1)
+    assert tile_shape(8, 56, 16, max_rows=4, broadcast_register=True) == (4, 2)
+    assert tile_shape(4, 56) == (14, 2)
+
+
+def _spilling_loops(asm: str) -> list[str]:
+    """The basic blocks of ``asm`` that hold a multiply-add and move a vector register to or
+    from the stack."""
+    blocks = re.split(r"\n(?=\.LBB)", asm)
+    return [b.split("\n", 1)[0] for b in blocks if "vfmadd" in b and
+            re.search(r"^\s*v\w+\s.*%[xy]mm.*\(%rsp\)|^\s*v\w+\s.*\(%rsp\).*%[xy]mm", b, re.M)]
+
+
+def test_avx2_conv_keeps_its_accumulators_in_registers():
+    """A 3x3 conv of 64 channels on 56-pixel rows built for AVX2 (haswell): no multiply-add
+    loop reads or writes the stack (the 7x2 tile it had spilled an accumulator there every
+    step); the output matches numpy."""
+    x = RNG.standard_normal((1, 12, 56, 64)).astype(np.float32)
+    w = RNG.standard_normal((3, 3, 64, 64)).astype(np.float32)
+    packed = k.pack_conv_weight(w, k.fp32_format(8))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    out = k.conv2d_nhwc(xt, wt, 64, (1, 1), (1,) * 4, (1, 1), 0)
+    func = te.create_prim_func([xt, wt, out])
+    lib = _build(func, 8)
+    assert _spilling_loops(lib.mod.inspect_source("asm")) == []
+    target = tvm.target.Target(TARGETS[8])
+    with target:
+        sch = PackedDot().apply(func, target, False)
+    loops = sch.get_loops(sch.get_sblock("aotc_fp32x8_contract_update"))
+    assert [int(sch.get(loop).extent) for loop in loops[-3:-1]] == [4, 2]
+    got = tvm.runtime.tensor(np.zeros((1, 12, 56, 64), np.float32))
+    skip_unless_runs_here(TARGETS[8])
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(xp[:, i:i + 12, j:j + 56] @ w[i, j] for i in range(3) for j in range(3))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-3)

@@ -21,7 +21,7 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from aotc.targets import bf16_dot, fp16_dot, int8_dot, simd
+from aotc.targets import bf16_dot, broadcast_register, fp16_dot, int8_dot, simd
 
 from ..dot_kernels import CROP_BLOCK, FORMATS, DotFormat
 from .cpu_blocks import (
@@ -94,12 +94,14 @@ _PIXELS_FIRST_WEIGHT_BYTES = 1 << 20
 class _DotKernel:
     """What PackedDot decided about one kernel before tiling it: its format and the
     instruction it is tensorized onto (INTRINSICS), the target's float32 lanes and vector
-    registers, whether decisions are sampled (tuning), the parallel order (None: by weight
-    size, pixels_first) and the accumulator cap (None: registers decide)."""
+    registers (and whether a broadcast needs one of its own), whether decisions are sampled
+    (tuning), the parallel order (None: by weight size, pixels_first) and the accumulator
+    cap (None: registers decide)."""
     fmt: DotFormat
     intrinsic: tuple
     lanes: int
     registers: int
+    broadcast_register: bool = False
     tunable: bool = False
     pixels: bool | None = None
     accumulators: int | None = None
@@ -168,8 +170,39 @@ def _name(info) -> str:
     return info.name or ""
 
 
+# A step of a register tile of R rows and V channel blocks issues R*V multiply-adds, and where
+# the broadcast takes a register of its own (broadcast_register) R broadcasts and V weight
+# loads besides; each of those costs about this share of a multiply-add's issue slots (fitted
+# on AVX2 conv and matmul kernels of ResNet-50's shapes: docs/design/measurements.md).
+_LOAD_COST = 0.35
+
+
+def _tile_with_broadcast_register(channel_blocks: int, rows: int, registers: int,
+                                  accumulators: int | None, max_rows: int) -> tuple[int, int]:
+    """tile_shape where the broadcast activation needs a register: R*V accumulators, V weight
+    vectors, the broadcast and one spare fit the register file (with no spare, LLVM kept an
+    accumulator on the stack: a store and a load every step), and among those tiles the one
+    whose multiply-adds are the largest share of its instructions. That share, not the
+    accumulator count, decides: a 14x1 tile (one multiply-add per broadcast) ran slower than
+    a 4x2 one. Ties go to more rows (each weight vector reused more)."""
+    best, best_share = (1, 1), 0.0
+    for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
+        if channel_blocks % blocks:
+            continue
+        for r in range(1, min(rows, max_rows) + 1):
+            if rows % r or r * blocks + blocks + 2 > registers:
+                continue
+            if accumulators is not None and r * blocks > max(accumulators, blocks):
+                continue
+            share = r * blocks / (r * blocks + _LOAD_COST * (r + blocks))
+            if share > best_share + 1e-9 or (abs(share - best_share) <= 1e-9 and r > best[0]):
+                best, best_share = (r, blocks), share
+    return best
+
+
 def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
-               accumulators: int | None = None, max_rows: int = _MAX_ROWS) -> tuple[int, int]:
+               accumulators: int | None = None, max_rows: int = _MAX_ROWS,
+               broadcast_register: bool = False) -> tuple[int, int]:
     """(rows R, channel blocks V) of the register tile: the most accumulators R*V that leave
     V registers for the weight vectors (R*V + V <= ``registers``; the activation broadcasts
     fold into the multiply-adds' memory operands), with V up to 4 blocks of channels and R up
@@ -177,7 +210,11 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
     (guarded taps: cpu_contraction.GUARDED_TILE_ACCUMULATORS). Ties go to more than one block
     (with one, every broadcast feeds a single multiply-add), then to more rows (each weight
     vector is then reused more). Rows are chosen with the blocks, not after them: taking V
-    first can leave an odd row count (7) with one-row tiles."""
+    first can leave an odd row count (7) with one-row tiles. With ``broadcast_register``
+    (no embedded broadcast): _tile_with_broadcast_register."""
+    if broadcast_register:
+        return _tile_with_broadcast_register(channel_blocks, rows, registers, accumulators,
+                                             max_rows)
     best = (1, 1)
     for blocks in range(1, _MAX_CHANNEL_BLOCKS + 1):
         if channel_blocks % blocks:
@@ -231,16 +268,17 @@ class PackedDot(CpuRule):
             if not _inline_side_input(sch, producer, main):
                 schedule_injective_block(sch, producer.block_rv,
                                          vector_lanes(target, operand_bits))
-        kernel = _DotKernel(fmt, intrinsic, lanes, simd(target)[1], tunable, pixels,
-                            accumulators)
+        kernel = _DotKernel(fmt, intrinsic, lanes, simd(target)[1], broadcast_register(target),
+                            tunable, pixels, accumulators)
         self._schedule_main(sch, main, infos[index + 1:], kernel)
         return sch
 
     @staticmethod
-    def _tile(sch, channel_blocks: int, rows: int, tunable: bool, registers: int,
+    def _tile(sch, channel_blocks: int, rows: int, tunable: bool, kernel: _DotKernel,
               accumulators: int | None = None, max_rows: int = _MAX_ROWS):
         """(rows, channel blocks): tile_shape's, or decisions sampled around them."""
-        default = tile_shape(channel_blocks, rows, registers, accumulators, max_rows)
+        default = tile_shape(channel_blocks, rows, kernel.registers, accumulators, max_rows,
+                             kernel.broadcast_register)
         if not tunable:
             return default
         choices = []
@@ -278,7 +316,7 @@ class PackedDot(CpuRule):
             if row_extent > 1 and _largest_divisor(row_extent, MATMUL_TILE_ROWS) == 1:
                 max_rows = MATMUL_FALLBACK_TILE_ROWS
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), row_extent,
-                                  kernel.tunable, kernel.registers, accumulators, max_rows)
+                                  kernel.tunable, kernel, accumulators, max_rows)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
         outer = spatial[:-2]
