@@ -62,3 +62,18 @@ def skip_unless_runs_here(target) -> None:
     lacking = x86.lacking_flags(cpu_flags_needed(target))
     if lacking:
         pytest.skip(f"this CPU lacks {', '.join(sorted(lacking))} to run the kernel")
+
+
+def loops_spilling_vectors(asm: str) -> list[str]:
+    """Labels of the single-block loops of ``asm`` (from a label to the jump back to it) that
+    hold a multiply-add and move a vector register to or from the stack: an accumulator or a
+    weight vector the register tile did not leave room for."""
+    import re
+    found = []
+    for block in re.split(r"\n(?=\.LBB)", asm):
+        label = block.split(":", 1)[0]
+        body = re.search(rf"^.*?\n\s*j\w+\s+{re.escape(label)}\n", block, re.S)
+        if body and "vfmadd" in body.group(0) and re.search(
+                r"^\s*v\w+\s.*(%[xy]mm.*\(%rsp\)|\(%rsp\).*%[xy]mm)", body.group(0), re.M):
+            found.append(label)
+    return found

@@ -9,7 +9,13 @@ import re
 import numpy as np
 import pytest
 import tvm
-from kernel_helpers import build_scheduled, check_guard, guarded_output, skip_unless_runs_here
+from kernel_helpers import (
+    build_scheduled,
+    check_guard,
+    guarded_output,
+    loops_spilling_vectors,
+    skip_unless_runs_here,
+)
 from tvm import s_tir, te
 
 from aotc.compiler import dot_kernels as k
@@ -154,7 +160,6 @@ def test_matmul_tile_rows(rows, tile_rows):
     """Tiles of at most cpu_dot.MATMUL_TILE_ROWS rows where such a count of 2 or more divides
     the rows; else a deeper one (7 rows, ConvNeXt's 7x7 tokens: not one row); the output
     matches numpy either way."""
-    import re
     x = RNG.standard_normal((1, rows, 256)).astype(np.float32)
     w = RNG.standard_normal((256, 64)).astype(np.float32)
     packed = k.pack_matmul_weight(w, k.fp32_format(16))
@@ -186,14 +191,6 @@ def test_avx2_tiles_leave_the_broadcast_a_register():
     assert tile_shape(4, 56) == (14, 2)
 
 
-def _spilling_loops(asm: str) -> list[str]:
-    """The basic blocks of ``asm`` that hold a multiply-add and move a vector register to or
-    from the stack."""
-    blocks = re.split(r"\n(?=\.LBB)", asm)
-    return [b.split("\n", 1)[0] for b in blocks if "vfmadd" in b and
-            re.search(r"^\s*v\w+\s.*%[xy]mm.*\(%rsp\)|^\s*v\w+\s.*\(%rsp\).*%[xy]mm", b, re.M)]
-
-
 def test_avx2_conv_keeps_its_accumulators_in_registers():
     """A 3x3 conv of 64 channels on 56-pixel rows built for AVX2 (haswell): no multiply-add
     loop reads or writes the stack (the 7x2 tile it had spilled an accumulator there every
@@ -206,7 +203,7 @@ def test_avx2_conv_keeps_its_accumulators_in_registers():
     out = k.conv2d_nhwc(xt, wt, 64, (1, 1), (1,) * 4, (1, 1), 0)
     func = te.create_prim_func([xt, wt, out])
     lib = _build(func, 8)
-    assert _spilling_loops(lib.mod.inspect_source("asm")) == []
+    assert loops_spilling_vectors(lib.mod.inspect_source("asm")) == []
     target = tvm.target.Target(TARGETS[8])
     with target:
         sch = PackedDot().apply(func, target, False)

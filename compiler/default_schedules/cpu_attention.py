@@ -20,11 +20,12 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from aotc.targets import bf16_dot
+from aotc.targets import bf16_dot, broadcast_register, simd
 
 from ..attention_kernels import GROUP, LANES, PACK_BLOCKS, SCORES_BLOCK
 from .cpu_blocks import CpuRule, _extent, _largest_divisor, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
+from .cpu_dot import tile_shape
 from .cpu_rows import (
     compute_rows_under,
     inline_single_reader_blocks,
@@ -80,9 +81,19 @@ class Attention(CpuRule):
                 (_extent(sch, rows) is None and not divisible(sch, rows, ROWS)):
             return None
         row_out, row_in = sch.split(rows, factors=[None, ROWS])
-        # bf16: a tile of BF16_TILE_ROWS rows, so that each broadcast feeds more vectors
-        tile_rows = BF16_TILE_ROWS if bf16 else ROWS
-        col_vectors = _largest_divisor(_extent(sch, cols) // lanes, OUT_VECTORS // tile_rows)
+        registers = simd(target)[1]
+        in_register = not bf16 and broadcast_register(target)
+        if in_register:
+            # No embedded-broadcast operand (AVX2): each broadcast probability takes a
+            # register, and 8 rows x 2 vectors of accumulators would not leave it one. The
+            # packed kernels' tile for such targets (cpu_dot.tile_shape) instead.
+            tile_rows, col_vectors = tile_shape(_extent(sch, cols) // lanes, ROWS, registers,
+                                                max_rows=ROWS, broadcast_register=True)
+        else:
+            # bf16: a tile of BF16_TILE_ROWS rows, so that each broadcast feeds more vectors
+            tile_rows = BF16_TILE_ROWS if bf16 else ROWS
+            col_vectors = _largest_divisor(_extent(sch, cols) // lanes,
+                                           OUT_VECTORS // tile_rows)
         col_tiles, col_out, col_in = sch.split(cols, factors=[None, col_vectors, lanes])
         # bf16: each step of the weighted sum takes a pair of keys (vdpbf16ps)
         keys, pair = sch.split(keys, factors=[None, GROUP]) if bf16 else (keys, None)
@@ -108,7 +119,8 @@ class Attention(CpuRule):
             sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
                                                 for c in sch.get_consumers(block)))
         compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
-        write_back = self._tile_scores(sch, scores.block_rv, lanes, tile_rows, bf16)
+        write_back = self._tile_scores(sch, scores.block_rv, lanes, tile_rows, bf16,
+                                       registers if in_register else None)
         # the scale and mask applied as the tile is written (one pass less over the rows)
         consumers = sch.get_consumers(write_back)
         if len(consumers) == 1 and not is_reduction(sch, consumers[0]):
@@ -127,13 +139,18 @@ class Attention(CpuRule):
         return sch
 
     @staticmethod
-    def _tile_scores(sch, block, lanes: int, tile_rows: int, bf16: bool):
+    def _tile_scores(sch, block, lanes: int, tile_rows: int, bf16: bool,
+                     registers: int | None = None):
         """``tile_rows`` rows x one vector of keys accumulated across the head dim in a register
         tile, then written to the row block's scores (bf16: up to SCORE_VECTORS vectors, a
-        pair of head-dim values a step)."""
+        pair of head-dim values a step). With ``registers`` (the broadcast query value takes
+        one: AVX2), cpu_dot.tile_shape's rows and key vectors for those registers."""
         rows, cols, depth = sch.get_loops(block)[-3:]
         keys = _extent(sch, cols)  # None: symbolic (a multiple of lanes)
         vectors = _largest_divisor(keys // lanes, SCORE_VECTORS) if bf16 and keys else 1
+        if registers is not None:
+            tile_rows, vectors = tile_shape(keys // lanes if keys else 1, _extent(sch, rows),
+                                            registers, max_rows=ROWS, broadcast_register=True)
         col_out, col_vec, col_in = sch.split(cols, factors=[None, vectors, lanes])
         depth, pair = sch.split(depth, factors=[None, GROUP]) if bf16 else (depth, None)
         row_sub, rows = sch.split(rows, factors=[None, tile_rows])
