@@ -111,7 +111,7 @@ def _round_up(value: int, multiple: int) -> int:
 def pack_conv_weight(weight_hwio: np.ndarray, fmt: DotFormat = INT8,
                      out: np.ndarray | None = None) -> np.ndarray:
     """HWIO (int8, or float32 for BF16 and float32) -> [OC/L, KH, KW, IC/G, L, G],
-    zero-padded; written into ``out`` (of conv_packed_shape) when given."""
+    zero-padded; written into ``out`` (of conv_packed_shape, whole_tiles or not) when given."""
     weight_hwio = bf16_bits(weight_hwio) if fmt is BF16 else weight_hwio
     kh, kw, ic, oc = weight_hwio.shape
     icp = _round_up(ic, fmt.group)
@@ -120,6 +120,8 @@ def pack_conv_weight(weight_hwio: np.ndarray, fmt: DotFormat = INT8,
         padded[:, :, :ic] = weight_hwio
         weight_hwio = padded
     shape = conv_packed_shape(weight_hwio.shape, fmt)
+    if out is not None:  # its block count: whole_tiles or not
+        shape = (out.shape[0], *shape[1:])
     rows = weight_hwio.reshape(kh * kw * icp, oc)   # (kh, kw, ic) flattened: a [K, N] matrix
     panels = out.reshape(shape[0], -1, fmt.lanes, fmt.group) if out is not None else None
     return _pack_panels(rows, fmt, panels).reshape(shape)
@@ -128,20 +130,41 @@ def pack_conv_weight(weight_hwio: np.ndarray, fmt: DotFormat = INT8,
 def pack_matmul_weight(weight_kn: np.ndarray, fmt: DotFormat = INT8,
                        out: np.ndarray | None = None) -> np.ndarray:
     """[K, N] (int8, or float32 for BF16 and float32) -> [N/L, K/G, L, G], zero-padded;
-    written into ``out`` (of matmul_packed_shape) when given."""
+    written into ``out`` (of matmul_packed_shape, whole_tiles or not) when given."""
     weight_kn = bf16_bits(weight_kn) if fmt is BF16 else weight_kn
     return _pack_panels(weight_kn, fmt, out)
 
 
-def conv_packed_shape(hwio: tuple, fmt: DotFormat) -> tuple[int, ...]:
+# A packed weight of at least this many blocks whose count has no divisor from 2 to 4 gets one
+# block more (packed_blocks): at most 1/16 more columns.
+ODD_BLOCKS_PADDED_FROM = 16
+
+
+def packed_blocks(columns: int, lanes: int, whole_tiles: bool = False) -> int:
+    """Blocks of ``lanes`` the packed weight of ``columns`` output columns holds: whole blocks,
+    and with ``whole_tiles`` (PrepackWeights: its kernels crop their padded columns) one more
+    where there are at least ODD_BLOCKS_PADDED_FROM and their count has no divisor from 2 to
+    4. The register tile takes whole blocks that divide the count, so a count
+    like GPT-2's vocabulary head on AVX2 (50,257 columns: 6,283 = 61 x 103 blocks of 8) left it
+    one block a step, each broadcast feeding a single multiply-add. The kernel computes the
+    zero columns and crops them with the rest of the padding."""
+    blocks = _round_up(columns, lanes) // lanes
+    if whole_tiles and blocks >= ODD_BLOCKS_PADDED_FROM and all(blocks % v for v in (2, 3, 4)):
+        blocks += 1
+    return blocks
+
+
+def conv_packed_shape(hwio: tuple, fmt: DotFormat, whole_tiles: bool = False
+                      ) -> tuple[int, ...]:
     kh, kw, ic, oc = hwio
-    return (_round_up(oc, fmt.lanes) // fmt.lanes, kh, kw, _round_up(ic, fmt.group) // fmt.group,
-            fmt.lanes, fmt.group)
+    return (packed_blocks(oc, fmt.lanes, whole_tiles), kh, kw,
+            _round_up(ic, fmt.group) // fmt.group, fmt.lanes, fmt.group)
 
 
-def matmul_packed_shape(kn: tuple, fmt: DotFormat) -> tuple[int, ...]:
+def matmul_packed_shape(kn: tuple, fmt: DotFormat, whole_tiles: bool = False
+                        ) -> tuple[int, ...]:
     k, n = kn
-    return (_round_up(n, fmt.lanes) // fmt.lanes, _round_up(k, fmt.group) // fmt.group,
+    return (packed_blocks(n, fmt.lanes, whole_tiles), _round_up(k, fmt.group) // fmt.group,
             fmt.lanes, fmt.group)
 
 
@@ -154,14 +177,17 @@ def _pack_panels(weight_kn: np.ndarray, fmt: DotFormat, out: np.ndarray | None) 
     packing")."""
     k, n = weight_kn.shape
     group, lanes = fmt.group, fmt.lanes
-    shape = matmul_packed_shape((k, n), fmt)
+    shape = out.shape if out is not None else matmul_packed_shape((k, n), fmt)
     if out is None:
         out = np.empty(shape, fmt.weight)
     whole = k // group * group
     for j in range(shape[0]):
         c0, c1 = j * lanes, min(n, (j + 1) * lanes)
-        panel = weight_kn[:, c0:c1]
         dest = out[j]                                   # [K/G, L, G]
+        if c0 >= n:                                     # a whole block of padding
+            dest[:] = 0
+            continue
+        panel = weight_kn[:, c0:c1]
         dest[:k // group, :c1 - c0] = panel[:whole].reshape(k // group, group, c1 - c0) \
             .transpose(0, 2, 1)
         if whole < k:                                  # the last group of K, zero-padded

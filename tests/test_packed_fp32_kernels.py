@@ -215,3 +215,36 @@ def test_avx2_conv_keeps_its_accumulators_in_registers():
     xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
     want = sum(xp[:, i:i + 12, j:j + 56] @ w[i, j] for i in range(3) for j in range(3))
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+def test_an_odd_block_count_gets_multi_block_tiles(tmp_path):
+    """A vocabulary-like head of 17 blocks of 8 columns (GPT-2's 50,257 words are 61 x 103 such
+    blocks) is packed with one zero block more, so the AVX2 tile takes more than one block a
+    step (with 17, one), and the kernel crops the padding: built for x86-avx2 (on any x86
+    host), against onnxruntime."""
+    import onnx
+    from helpers import check_against_onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+    w = RNG.standard_normal((64, 8 * 17 - 1)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [12, w.shape[1]])],
+        [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "head.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model, _ = check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-4,
+                                         target="x86-avx2")
+    assert any("matmul_packed" in kernel["name"] for kernel in model.metadata["kernels"])
+    packed = k.pack_matmul_weight(w, k.fp32_format(8),
+                                  out=np.zeros(k.matmul_packed_shape(w.shape, k.fp32_format(8),
+                                                                     whole_tiles=True),
+                                               np.float32))
+    xt = te.placeholder((12, 64), "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    target = tvm.target.Target(TARGETS[8])
+    with target:
+        sch = PackedDot().apply(te.create_prim_func([xt, wt, k.matmul(xt, wt, w.shape[1], 0)]),
+                                target, False)
+    loops = sch.get_loops(sch.get_sblock("aotc_fp32x8_contract_update"))
+    assert int(sch.get(loops[-2]).extent) > 1  # blocks a step (3 of 18 here)

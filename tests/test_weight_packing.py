@@ -52,3 +52,27 @@ def test_weights_are_packed_as_defined(fmt, pack, reference, shape):
     np.testing.assert_array_equal(pack(w, fmt), want)
     tensor = k.packed_tensor(pack, w, fmt, want.shape)
     np.testing.assert_array_equal(tensor.numpy(), want)
+
+
+def test_odd_block_counts_get_one_block_more_for_prepacked_kernels():
+    """With whole_tiles (PrepackWeights), a count of 16 or more blocks with no divisor from 2
+    to 4 gets one zero block more, so that the register tile can take two blocks a step:
+    GPT-2's 50,257-word head is 6,283 = 61 x 103 blocks of 8 (AVX2), 3,142 of 16 (even)."""
+    assert k.packed_blocks(50257, 8, whole_tiles=True) == 6284
+    assert k.packed_blocks(50257, 8) == 6283
+    assert k.packed_blocks(50257, 16, whole_tiles=True) == 3142
+    assert k.packed_blocks(8 * 13, 8, whole_tiles=True) == 13  # under 16 blocks: 1/13 more
+    assert k.packed_blocks(8 * 27, 8, whole_tiles=True) == 27  # 3 divides it
+    fmt = k.fp32_format(8)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((7, 8 * 17 - 3)).astype(np.float32)
+    shape = k.matmul_packed_shape(w.shape, fmt, whole_tiles=True)
+    assert shape[0] == 18
+    packed = k.packed_tensor(k.pack_matmul_weight, w, fmt, shape).numpy()
+    np.testing.assert_array_equal(packed[:17], _matmul_reference(w, fmt))
+    assert not packed[17].any()
+    conv = rng.standard_normal((3, 3, 5, 8 * 17)).astype(np.float32)
+    shape = k.conv_packed_shape(conv.shape, fmt, whole_tiles=True)
+    packed = k.packed_tensor(k.pack_conv_weight, conv, fmt, shape).numpy()
+    np.testing.assert_array_equal(packed[:17], _conv_reference(conv, fmt))
+    assert not packed[17].any()

@@ -34,7 +34,11 @@ def _module(ic_long: int, fp16_convs: int = 0):
             for i, w in enumerate(_weights(ic_long)):
                 if i < fp16_convs:
                     xh = bb.emit(relax.op.astype(h, "float16"))
-                    packed = relax.const(dot_kernels.pack_conv_weight(w, dot_kernels.FP16))
+                    # 544 channels are 17 blocks of 32: packed with one zero block more
+                    shape = dot_kernels.conv_packed_shape(w.shape, dot_kernels.FP16,
+                                                          whole_tiles=True)
+                    packed = relax.const(dot_kernels.packed_tensor(
+                        dot_kernels.pack_conv_weight, w, dot_kernels.FP16, shape))
                     h = bb.emit_te(dot_kernels.conv2d_nhwc, xh, packed, w.shape[3], [1, 1],
                                    [1, 1, 1, 1], [1, 1], 0, "NHWC",
                                    primfunc_name_hint="conv2d_fp16")

@@ -53,11 +53,13 @@ def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
     compile time."""
     if call.op.name == "relax.matmul":
         packed = dot_kernels.packed_tensor(dot_kernels.pack_matmul_weight, weight, fmt,
-                                           dot_kernels.matmul_packed_shape(weight.shape, fmt))
+                                           dot_kernels.matmul_packed_shape(weight.shape, fmt,
+                                                                           whole_tiles=True))
         return (dot_kernels.matmul, x, relax.const(packed), weight.shape[1], pad_value)
     attrs = call.attrs
     packed = dot_kernels.packed_tensor(dot_kernels.pack_conv_weight, weight, fmt,
-                                       dot_kernels.conv_packed_shape(weight.shape, fmt))
+                                       dot_kernels.conv_packed_shape(weight.shape, fmt,
+                                                                     whole_tiles=True))
     return (dot_kernels.conv2d_nhwc, x, relax.const(packed), weight.shape[3],
             [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
             [int(d) for d in attrs.dilation], pad_value, input_layout)
