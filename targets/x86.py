@@ -164,8 +164,7 @@ def presets() -> list[TargetSpec]:
 # neither set (x86-64, or one aotc's presets never name) is not checked for a baseline.
 _AVX2_CPUS = {"haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake",
               "znver1", "znver2", "znver3"}
-_AVX2_FLAGS = {"avx2", "fma"}
-_AVX512_FLAGS = {"avx512f", "avx512bw", "avx512vl"}
+_LEVEL_FLAGS = {isa: flags for isa, flags, _mcpu in _ISA_LEVELS}
 
 
 def flags_needed(attrs) -> set[str]:
@@ -177,11 +176,11 @@ def flags_needed(attrs) -> set[str]:
     mcpu = str(attrs.get("mcpu", "") or "")
     needed = set()
     if mcpu in _AVX2_CPUS | _AVX512_CPUS or "+avx2" in mattr:
-        needed |= _AVX2_FLAGS
+        needed |= _LEVEL_FLAGS["avx2"]
     if simd(attrs) == (512, 32):
-        needed |= _AVX2_FLAGS | _AVX512_FLAGS
+        needed |= _LEVEL_FLAGS["avx2"] | _LEVEL_FLAGS["avx512"]
     if int8_dot(attrs):
-        needed |= {"avx512f", "avx512_vnni"}
+        needed |= _LEVEL_FLAGS["avx512-vnni"]
     if bf16_dot(attrs):
         needed |= _BF16_FLAGS
     if fp16_dot(attrs):

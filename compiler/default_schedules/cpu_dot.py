@@ -274,12 +274,13 @@ class PackedDot(CpuRule):
         return sch
 
     @staticmethod
-    def _tile(sch, channel_blocks: int, rows: int, tunable: bool, kernel: _DotKernel,
+    def _tile(sch, channel_blocks: int, rows: int, kernel: _DotKernel,
               accumulators: int | None = None, max_rows: int = _MAX_ROWS):
-        """(rows, channel blocks): tile_shape's, or decisions sampled around them."""
+        """(rows, channel blocks): tile_shape's, or (kernel.tunable) decisions sampled
+        around them."""
         default = tile_shape(channel_blocks, rows, kernel.registers, accumulators, max_rows,
                              kernel.broadcast_register)
-        if not tunable:
+        if not kernel.tunable:
             return default
         choices = []
         for extent, limit, chosen in ((rows, _MAX_ROWS, default[0]),
@@ -315,8 +316,8 @@ class PackedDot(CpuRule):
             max_rows = MATMUL_TILE_ROWS
             if row_extent > 1 and _largest_divisor(row_extent, MATMUL_TILE_ROWS) == 1:
                 max_rows = MATMUL_FALLBACK_TILE_ROWS
-        rows, blocks = self._tile(sch, _extent(sch, channel_outer), row_extent,
-                                  kernel.tunable, kernel, accumulators, max_rows)
+        rows, blocks = self._tile(sch, _extent(sch, channel_outer), row_extent, kernel,
+                                  accumulators, max_rows)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
         block_out, block_in = sch.split(channel_outer, factors=[None, blocks])
         outer = spatial[:-2]
