@@ -30,25 +30,39 @@ def _build(func, lanes):
     return build_scheduled(PackedDot(), func, tvm.target.Target(TARGETS[lanes]), "vfmadd")
 
 
+def _conv_kernel(x, w, lanes, stride=1, pad=1, dilation=1):
+    """(the packed float32 conv of NHWC ``x`` by HWIO ``w`` as a PrimFunc, ``w`` packed for
+    ``lanes``)."""
+    packed = k.pack_conv_weight(w, k.fp32_format(lanes))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    out = k.conv2d_nhwc(xt, wt, w.shape[3], (stride, stride), (pad,) * 4, (dilation, dilation),
+                        0)
+    return te.create_prim_func([xt, wt, out]), packed
+
+
+def _numpy_conv(x, w, stride=1, pad=1, dilation=1):
+    """The conv of a 3x3 HWIO ``w`` over NHWC ``x``, in float64."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    oh = (xp.shape[1] - 2 * dilation - 1) // stride + 1
+    ow = (xp.shape[2] - 2 * dilation - 1) // stride + 1
+    want = np.zeros((1, oh, ow, w.shape[3]))
+    for i in range(3):
+        for j in range(3):
+            want += xp[:, i * dilation:i * dilation + oh * stride:stride,
+                       j * dilation:j * dilation + ow * stride:stride] @ w[i, j]
+    return want
+
+
 @pytest.mark.parametrize("lanes", [16, 8])
 @pytest.mark.parametrize("ic,oc,stride,pad,dilation", [(3, 32, 2, 1, 1), (32, 64, 1, 2, 2),
                                                         (16, 16, 1, 0, 1)])
 def test_conv(lanes, ic, oc, stride, pad, dilation):
     x = RNG.standard_normal((1, 9, 10, ic)).astype(np.float32)
     w = RNG.standard_normal((3, 3, ic, oc)).astype(np.float32)
-    packed = k.pack_conv_weight(w, k.fp32_format(lanes))
-    xt = te.placeholder(x.shape, "float32", "x")
-    wt = te.placeholder(packed.shape, "float32", "w")
-    out = k.conv2d_nhwc(xt, wt, oc, (stride, stride), (pad,) * 4, (dilation, dilation), 0)
-    lib = _build(te.create_prim_func([xt, wt, out]), lanes)
-    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    oh = (xp.shape[1] - 2 * dilation - 1) // stride + 1
-    ow = (xp.shape[2] - 2 * dilation - 1) // stride + 1
-    want = np.zeros((1, oh, ow, oc))
-    for i in range(3):
-        for j in range(3):
-            want += xp[:, i * dilation:i * dilation + oh * stride:stride,
-                       j * dilation:j * dilation + ow * stride:stride] @ w[i, j]
+    func, packed = _conv_kernel(x, w, lanes, stride, pad, dilation)
+    lib = _build(func, lanes)
+    want = _numpy_conv(x, w, stride, pad, dilation)
     got, whole = guarded_output(want.shape)
     skip_unless_runs_here(TARGETS[lanes])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
@@ -81,11 +95,7 @@ def test_both_tile_orders(pixels):
     conv; the default picks by the weights' size."""
     x = RNG.standard_normal((1, 14, 14, 32)).astype(np.float32)
     w = RNG.standard_normal((3, 3, 32, 64)).astype(np.float32)
-    packed = k.pack_conv_weight(w, k.fp32_format(16))
-    xt = te.placeholder(x.shape, "float32", "x")
-    wt = te.placeholder(packed.shape, "float32", "w")
-    out = k.conv2d_nhwc(xt, wt, 64, (1, 1), (1,) * 4, (1, 1), 0)
-    func = te.create_prim_func([xt, wt, out])
+    func, packed = _conv_kernel(x, w, 16)
     target = tvm.target.Target(TARGETS[16])
     with target:
         sch = PackedDot().schedule(s_tir.Schedule(func), target, pixels=pixels)
@@ -94,8 +104,7 @@ def test_both_tile_orders(pixels):
     got, whole = guarded_output((1, 14, 14, 64))
     skip_unless_runs_here(target)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
-    want = sum(xp[:, i:i + 14, j:j + 14] @ w[i, j] for i in range(3) for j in range(3))
+    want = _numpy_conv(x, w)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
     check_guard(whole, want.shape)
     with target:
@@ -197,11 +206,7 @@ def test_avx2_conv_keeps_its_accumulators_in_registers():
     step); the output matches numpy."""
     x = RNG.standard_normal((1, 12, 56, 64)).astype(np.float32)
     w = RNG.standard_normal((3, 3, 64, 64)).astype(np.float32)
-    packed = k.pack_conv_weight(w, k.fp32_format(8))
-    xt = te.placeholder(x.shape, "float32", "x")
-    wt = te.placeholder(packed.shape, "float32", "w")
-    out = k.conv2d_nhwc(xt, wt, 64, (1, 1), (1,) * 4, (1, 1), 0)
-    func = te.create_prim_func([xt, wt, out])
+    func, packed = _conv_kernel(x, w, 8)
     lib = _build(func, 8)
     assert loops_spilling_vectors(lib.mod.inspect_source("asm")) == []
     target = tvm.target.Target(TARGETS[8])
@@ -212,9 +217,7 @@ def test_avx2_conv_keeps_its_accumulators_in_registers():
     got = tvm.runtime.tensor(np.zeros((1, 12, 56, 64), np.float32))
     skip_unless_runs_here(TARGETS[8])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
-    want = sum(xp[:, i:i + 12, j:j + 56] @ w[i, j] for i in range(3) for j in range(3))
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got.numpy(), _numpy_conv(x, w), rtol=1e-4, atol=1e-3)
 
 
 def test_an_odd_block_count_gets_multi_block_tiles(tmp_path):
