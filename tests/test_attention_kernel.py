@@ -40,11 +40,12 @@ def _attention_onnx(path, seq, heads=3, dim=16, causal=True):
     return path
 
 
-@pytest.mark.parametrize("seq, causal, target", [
-    (197, False, "x86"), (128, True, "x86"), (13, True, "x86"),
-    (197, False, "x86-avx2"), (13, True, "x86-avx2")])  # AVX2's own tiles, on any x86 host
-def test_attention_is_one_kernel_and_matches_onnxruntime(seq, causal, target, tmp_path):
-    path = _attention_onnx(tmp_path / f"attention{seq}.onnx", seq, causal=causal)
+@pytest.mark.parametrize("seq, causal, target, dim", [
+    (197, False, "x86", 16), (128, True, "x86", 16), (13, True, "x86", 16),
+    (197, False, "x86-avx2", 16), (13, True, "x86-avx2", 16),  # AVX2's tiles, any x86 host
+    (1100, True, "x86", 64)])  # long keys: tasks of 24 rows (rows_per_task)
+def test_attention_is_one_kernel_and_matches_onnxruntime(seq, causal, target, dim, tmp_path):
+    path = _attention_onnx(tmp_path / f"attention{seq}.onnx", seq, causal=causal, dim=dim)
     model, _ = check_against_onnxruntime(path, tmp_path, rtol=1e-5, atol=1e-5, target=target)
     kernels = [k["name"] for k in model.metadata["kernels"]]
     assert sum("softmax" in name for name in kernels) == 1, kernels
@@ -52,6 +53,8 @@ def test_attention_is_one_kernel_and_matches_onnxruntime(seq, causal, target, tm
 
 
 def _fused_attention_primfunc(seq):
+    """The kernel FuseAttention and FuseTIR make of 2 heads of 64 of ``seq`` tokens (rows and
+    keys padded: to 8 rows and 16 keys)."""
     q = relax.Var("q", relax.TensorType((1, 2, seq, 64), "float32"))
     kt = relax.Var("kt", relax.TensorType((1, 2, 64, seq), "float32"))
     v = relax.Var("v", relax.TensorType((1, 2, seq, 64), "float32"))
@@ -116,4 +119,33 @@ def test_avx2_tiles_leave_the_broadcast_a_register():
     got = tvm.runtime.empty(want.shape, "float32")
     scale = np.array(8.0, np.float32)  # the divisor FuseOps made a parameter
     lib["main"](*(tvm.runtime.tensor(a) for a in (q, kt, scale, v)), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seq, tasks", [(128, 2 * 128 // 8), (1100, 2 * 1104 // 24)])
+def test_long_keys_take_tasks_of_more_rows(seq, tasks):
+    """Where K and V of a head (2 x keys x 64 floats) exceed LONG_KEYS_BYTES, a parallel task
+    takes more query rows: 1,104 padded rows (565 KB of K and V) go 24 to a task (32 does not
+    divide them), 128 (64 KB) keep 8; the long kernel matches numpy."""
+    func = _fused_attention_primfunc(seq).with_attr("global_symbol", "main")
+    with TARGET:
+        sch = Attention().apply(func, TARGET, False)
+    task = sch.get_loops(sch.get_sblock("matmul1_update"))[0]
+    assert int(sch.get(task).extent) == tasks
+    if seq < 1000:
+        return
+    lib = tvm.compile(sch.mod, target=TARGET)
+    rng = np.random.default_rng(0)
+    padded = 1104  # FuseAttention's padding, zero rows and keys masked by the lowest float
+    q, kt, v = (rng.standard_normal(shape).astype(np.float32)
+                for shape in ((1, 2, padded, 64), (1, 2, 64, padded), (1, 2, padded, 64)))
+    mask = np.zeros(padded, np.float32)
+    mask[seq:] = np.finfo(np.float32).min
+    scores = q @ kt / 8.0 + mask
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v
+    got = tvm.runtime.empty(want.shape, "float32")
+    # the kernel's parameters: q, kt, the divisor, the key mask, v, the output
+    lib["main"](*(tvm.runtime.tensor(a) for a in (q, kt, np.array(8.0, np.float32), mask, v)),
+                got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)

@@ -1,12 +1,12 @@
 """``Attention``: the default CPU schedule of the kernel FuseAttention makes (scores = Q @ Kt,
 scale and mask, softmax over the keys, out = probabilities @ V, in one PrimFunc).
 
-Parallel over (batch, head, block of query rows); under each block the scores, the softmax and
-the weighted sum of that block's rows are computed one after the other in buffers of
-``rows x keys`` floats, which stay in L1, instead of three kernels passing the whole score
-matrix through memory. Both products are register-tiled and vectorized over their contiguous
-axis (keys for the scores, the head dim for the output); the key count is a whole number of
-vectors (FuseAttention pads it).
+Parallel over (batch, head, block of query rows: ``rows_per_task``); under each block the
+scores, the softmax and the weighted sum of that block's rows are computed one after the other
+in buffers of ``rows x keys`` floats, which stay in L1 or L2, instead of three kernels passing
+the whole score matrix through memory. Both products are register-tiled and vectorized over
+their contiguous axis (keys for the scores, the head dim for the output); the key count is a
+whole number of vectors (FuseAttention pads it).
 
 The bf16 attention kernel (compiler/attention_kernels.py, ``--precision bf16``) gets the same
 schedule, with each product's lane loop tensorized onto ``vdpbf16ps`` (a pair of head-dim
@@ -14,6 +14,8 @@ values a step for the scores, a pair of keys for the output) instead of vectoriz
 without AVX512-BF16 the rule leaves it to the others."""
 
 from __future__ import annotations
+
+import math
 
 from tvm import s_tir
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -35,6 +37,15 @@ from .cpu_rows import (
 from .dot_intrinsics import BF16_LLVM, BF16_16x2
 
 ROWS = 8  # query rows per parallel task (FuseAttention pads the rows to a multiple of 8)
+# Long keys: every task streams its head's K and V, which past L2 come from L3 each time; a
+# task of more rows (up to LONG_ROWS, dividing the padded rows) reads them once for more
+# queries. Long: K and V of one head together over LONG_KEYS_BYTES (the 512 KB L2 of the
+# smallest-cache x86 CPUs these presets cover; measurements: docs/design/measurements.md), and
+# only while the tasks still number TASKS_PER_CORE per core: a core that draws one task more
+# than another then waits at most an eighth of its work.
+LONG_ROWS = 32
+LONG_KEYS_BYTES = 512 * 1024
+TASKS_PER_CORE = 8
 OUT_VECTORS = 16  # accumulators of the output tile: ROWS x (OUT_VECTORS / ROWS) vectors
 # bf16 register tiles: 4 rows x up to 4 vectors (of keys for the scores, of the head dim for
 # the output). Each broadcast pair of a row then feeds up to 4 vdpbf16ps; the float32 tiles
@@ -59,6 +70,25 @@ def _attention_blocks(sch: s_tir.Schedule):
     return first, last, infos[reductions[0] + 1:reductions[-1]], infos[reductions[-1] + 1:]
 
 
+def rows_per_task(sch, batch, rows, keys, head_dim, target: Target) -> int:
+    """Query rows of one parallel task: ROWS, or for long keys (K and V of a head over
+    LONG_KEYS_BYTES) the most rows up to LONG_ROWS, a multiple of ROWS dividing the (static)
+    row count, that leave TASKS_PER_CORE tasks per core."""
+    extents = [_extent(sch, loop) for loop in (*batch, rows, keys, head_dim)]
+    if any(e is None for e in extents):
+        return ROWS
+    *batch_extents, row_count, key_count, dim = extents
+    if 2 * key_count * dim * 4 <= LONG_KEYS_BYTES:
+        return ROWS
+    heads = math.prod(batch_extents)
+    cores = int(target.attrs.get("num-cores", 1))
+    for task_rows in range(LONG_ROWS, ROWS, -ROWS):
+        if row_count % task_rows == 0 and heads * row_count // task_rows >= \
+                TASKS_PER_CORE * cores:
+            return task_rows
+    return ROWS
+
+
 class Attention(CpuRule):
     """See the module docstring."""
 
@@ -80,15 +110,17 @@ class Attention(CpuRule):
                 not divisible(sch, keys, lanes) or \
                 (_extent(sch, rows) is None and not divisible(sch, rows, ROWS)):
             return None
-        row_out, row_in = sch.split(rows, factors=[None, ROWS])
+        task_rows = rows_per_task(sch, batch, rows, keys, cols, target)
+        row_out, row_in = sch.split(rows, factors=[None, task_rows])
         registers = simd(target)[1]
         in_register = not bf16 and broadcast_register(target)
         if in_register:
             # No embedded-broadcast operand (AVX2): each broadcast probability takes a
             # register, and 8 rows x 2 vectors of accumulators would not leave it one. The
             # packed kernels' tile for such targets (cpu_dot.tile_shape) instead.
-            tile_rows, col_vectors = tile_shape(_extent(sch, cols) // lanes, ROWS, registers,
-                                                max_rows=ROWS, broadcast_register=True)
+            tile_rows, col_vectors = tile_shape(_extent(sch, cols) // lanes, task_rows,
+                                                registers, max_rows=ROWS,
+                                                broadcast_register=True)
         else:
             # bf16: a tile of BF16_TILE_ROWS rows, so that each broadcast feeds more vectors
             tile_rows = BF16_TILE_ROWS if bf16 else ROWS
