@@ -60,3 +60,28 @@ def test_special_values_are_kept(tmp_path):
     assert out["sigmoid"][3] == 0.5
     assert out["exp"][5] == 0.0 and out["exp"][7] >= 0.0  # underflow to 0, never negative
     np.testing.assert_array_equal([out["tanh"][6], out["erf"][6], out["sigmoid"][6]], [1, 1, 1])
+
+
+def test_softmax_divides_once_a_row():
+    """The float32 softmax legalization divides once a row (1 / sum, a [rows, 1] buffer) and
+    multiplies every element by it: no division per element, which the one-kernel attention
+    did for every score."""
+    import tvm
+    from tvm import relax, s_tir
+
+    from aotc.compiler.default_schedules.vector_math import LEGALIZE_MAP
+
+    x = relax.Var("x", relax.TensorType((12, 128), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        out = bb.emit(relax.op.nn.softmax(x, axis=-1))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps(LEGALIZE_MAP)(bb.get())
+    func = next(f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    sch = s_tir.Schedule(func)
+    dividing = []
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        store = sch.get(block).body
+        if " / " in str(store.value):
+            dividing.append([int(d) for d in store.buffer.shape])
+    assert dividing == [[12, 1]]
