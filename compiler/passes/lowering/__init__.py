@@ -10,6 +10,7 @@ from aotc.options import CompileOptions
 
 from ...default_schedules.exact_minmax import LEGALIZE_MAP as EXACT_MINMAX
 from ...default_schedules.nan_minmax import LEGALIZE_MAP as NAN_MINMAX
+from ...default_schedules.reciprocal_divide import LEGALIZE_MAP as RECIPROCAL_DIVIDE
 from ...default_schedules.reciprocal_quantize import LEGALIZE_MAP as RECIPROCAL_QUANTIZE
 from ...default_schedules.vector_math import LEGALIZE_MAP as VECTOR_MATH
 from ...default_schedules.widening_conv import LEGALIZE_MAP as WIDENING_CONV
@@ -27,7 +28,8 @@ VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
 
 
 def steps(options: CompileOptions) -> list[Step]:
-    legalize_map = {**EXACT_MINMAX, **NAN_MINMAX, **WIDENING_CONV, **RECIPROCAL_QUANTIZE}
+    legalize_map = {**EXACT_MINMAX, **NAN_MINMAX, **WIDENING_CONV, **RECIPROCAL_QUANTIZE,
+                    **RECIPROCAL_DIVIDE}
     if enabled(VECTOR_MATH_NAME, VECTOR_MATH_LEVEL, options):
         legalize_map.update(VECTOR_MATH)
     return [Step(GuardIndices(), REQUIRED, "out-of-range indices must not touch memory"),
