@@ -219,6 +219,9 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_avx2": ("Standard architectures on an AVX2 host without AVX-512", peers_table),
     "peers_fp32_vit_whisper": ("float32 ViT-B/16 and Whisper-base encoder, 8 rounds",
                                peers_table),
+    "peers_avx2_epilogues": (
+        "AVX2 host: long-sequence attention tasks, softmax and constant divisions as "
+        "multiplies, hard-swish fused into its conv", peers_table),
     "generate": ("Generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
     "variable_length_gpt2": ("Variable-length inputs: GPT-2 small", variable_length_table),
