@@ -1,5 +1,8 @@
 """Helpers for the pass and model tests: the Relax ops a module's ``main`` calls, in order;
-running ``main`` unscheduled; comparing reduced-precision outputs with a reference."""
+the IR node types of its kernels; running ``main`` unscheduled; comparing reduced-precision
+outputs with a reference."""
+
+import json
 
 import numpy as np
 import tvm
@@ -23,6 +26,13 @@ def main_ops(mod: tvm.IRModule) -> list[str]:
     relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name) if isinstance(
         e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
     return names
+
+
+def kernel_node_types(mod: tvm.IRModule) -> set[str]:
+    """The IR node types of ``mod``'s kernels (their serialized graph: every node once)."""
+    return {node["type"] for _, func in mod.functions.items()
+            if isinstance(func, tvm.tirx.PrimFunc)
+            for node in json.loads(tvm.ir.save_json(func))["nodes"]}
 
 
 def run_main(mod: tvm.IRModule, x, mcpu: str = "x86-64"):

@@ -110,15 +110,26 @@ def test_avx2_tiles_leave_the_broadcast_a_register():
         assert [int(sch.get(loop).extent) for loop in loops[-3:-1]] == [4, 2], block
     lib = tvm.compile(sch.mod, target=avx2)
     assert loops_spilling_vectors(lib.mod.inspect_source("asm")) == []
+    _assert_kernel_matches_numpy(lib, 128, 128)
+
+
+def _assert_kernel_matches_numpy(lib, tokens: int, padded: int):
+    """The built kernel of _fused_attention_primfunc(tokens), its rows and keys padded to
+    ``padded``, on random inputs against numpy. Its parameters: q, kt, the divisor (which
+    FuseOps made a parameter), the key mask where keys were padded (0 for real keys, the lowest
+    float for the padding), v, the output."""
     rng = np.random.default_rng(0)
     q, kt, v = (rng.standard_normal(shape).astype(np.float32)
-                for shape in ((1, 2, 128, 64), (1, 2, 64, 128), (1, 2, 128, 64)))
-    scores = q @ kt / 8.0
+                for shape in ((1, 2, padded, 64), (1, 2, 64, padded), (1, 2, padded, 64)))
+    mask = np.zeros(padded, np.float32)
+    mask[tokens:] = np.finfo(np.float32).min
+    scores = q @ kt / 8.0 + mask
     p = np.exp(scores - scores.max(-1, keepdims=True))
     want = (p / p.sum(-1, keepdims=True)) @ v
     got = tvm.runtime.empty(want.shape, "float32")
-    scale = np.array(8.0, np.float32)  # the divisor FuseOps made a parameter
-    lib["main"](*(tvm.runtime.tensor(a) for a in (q, kt, scale, v)), got)
+    scale = np.array(8.0, np.float32)
+    inputs = (q, kt, scale, mask, v) if padded > tokens else (q, kt, scale, v)
+    lib["main"](*(tvm.runtime.tensor(a) for a in inputs), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
@@ -134,18 +145,4 @@ def test_long_keys_take_tasks_of_more_rows(seq, tasks):
     assert int(sch.get(task).extent) == tasks
     if seq < 1000:
         return
-    lib = tvm.compile(sch.mod, target=TARGET)
-    rng = np.random.default_rng(0)
-    padded = 1104  # FuseAttention's padding, zero rows and keys masked by the lowest float
-    q, kt, v = (rng.standard_normal(shape).astype(np.float32)
-                for shape in ((1, 2, padded, 64), (1, 2, 64, padded), (1, 2, padded, 64)))
-    mask = np.zeros(padded, np.float32)
-    mask[seq:] = np.finfo(np.float32).min
-    scores = q @ kt / 8.0 + mask
-    p = np.exp(scores - scores.max(-1, keepdims=True))
-    want = (p / p.sum(-1, keepdims=True)) @ v
-    got = tvm.runtime.empty(want.shape, "float32")
-    # the kernel's parameters: q, kt, the divisor, the key mask, v, the output
-    lib["main"](*(tvm.runtime.tensor(a) for a in (q, kt, np.array(8.0, np.float32), mask, v)),
-                got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
+    _assert_kernel_matches_numpy(tvm.compile(sch.mod, target=TARGET), seq, 1104)

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from helpers import compile_and_load
 from onnx import TensorProto, helper
+from relax_helpers import one_input_module
 
 OPS = {"Exp": np.exp, "Tanh": np.tanh,
        "Erf": np.vectorize(math.erf, otypes=[np.float64]),
@@ -71,12 +72,8 @@ def test_softmax_divides_once_a_row():
 
     from aotc.compiler.default_schedules.vector_math import LEGALIZE_MAP
 
-    x = relax.Var("x", relax.TensorType((12, 128), "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        out = bb.emit(relax.op.nn.softmax(x, axis=-1))
-        bb.emit_func_output(out)
-    mod = relax.transform.LegalizeOps(LEGALIZE_MAP)(bb.get())
+    before = one_input_module((12, 128), lambda _bb, x: relax.op.nn.softmax(x, axis=-1))
+    mod = relax.transform.LegalizeOps(LEGALIZE_MAP)(before)
     func = next(f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
     sch = s_tir.Schedule(func)
     dividing = []

@@ -7,6 +7,7 @@ import onnx
 import tvm
 from helpers import check_against_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
+from relax_helpers import main_ops, one_input_module
 from tvm import relax
 from tvm.script import relax as R
 
@@ -67,15 +68,8 @@ def _run(mod, *args):
 
 
 def test_one_sided_clip_gets_one_op():
-    x = relax.Var("x", relax.TensorType((1, 4, 4, 2), "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.clip(x, 0.0, float("inf")))
-        bb.emit_func_output(out)
-    after = ConvertLayoutNHWC()(bb.get())
-    ops = [b.value.op.name for b in after["main"].body.blocks[0].bindings]
-    assert ops == ["relax.maximum"]
+    before = one_input_module((1, 4, 4, 2), lambda _bb, x: relax.op.clip(x, 0.0, float("inf")))
+    assert main_ops(ConvertLayoutNHWC()(before)) == ["relax.maximum"]
 
 
 def test_hard_swish_mobile_block_is_fused_into_the_conv_and_matches_onnxruntime(tmp_path):

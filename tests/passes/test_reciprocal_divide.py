@@ -4,11 +4,10 @@ lowering divides, ours multiplies by the constant reciprocal. Numbers: bit for b
 power of two, within one ulp otherwise; divisors that are not constants, zeros, and small
 tensors keep the division."""
 
-import json
-
 import numpy as np
 import pytest
 import tvm
+from relax_helpers import kernel_node_types, run_main
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -30,25 +29,15 @@ def _module(divisor, shape=(64, 96)):
     return bb.get()
 
 
-def _node_types(mod) -> set[str]:
-    return {node["type"] for _, func in mod.functions.items() if isinstance(func, tvm.tirx.PrimFunc)
-            for node in json.loads(tvm.ir.save_json(func))["nodes"]}
-
-
-def _run(mod, *args):
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
-
-
 @pytest.mark.parametrize("divisor", [6.0, 2 ** 0.5, 8.0])
 def test_constant_divisor_becomes_a_multiply_by_its_reciprocal(divisor):
     mod = _module(relax.const(divisor, "float32"))
     before = relax.transform.LegalizeOps()(mod)
     after = relax.transform.LegalizeOps(LEGALIZE_MAP)(mod)
-    assert "prim.Div" in _node_types(before) and "prim.Mul" not in _node_types(before)
-    assert "prim.Div" not in _node_types(after) and "prim.Mul" in _node_types(after)
+    assert "prim.Div" in kernel_node_types(before) and "prim.Mul" not in kernel_node_types(before)
+    assert "prim.Div" not in kernel_node_types(after) and "prim.Mul" in kernel_node_types(after)
     x = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32) * 100
-    want, got = _run(before, x), _run(after, x)
+    want, got = run_main(before, x), run_main(after, x)
     if divisor == 8.0:
         assert np.array_equal(got, want)  # an exact reciprocal: the same numbers
     else:
@@ -60,9 +49,9 @@ def test_per_channel_constant_divisor():
     divisors = np.linspace(0.5, 7.0, 96).astype(np.float32)
     mod = _module(relax.const(divisors))
     after = relax.transform.LegalizeOps(LEGALIZE_MAP)(mod)
-    assert "prim.Div" not in _node_types(after)
+    assert "prim.Div" not in kernel_node_types(after)
     x = np.random.default_rng(1).standard_normal((64, 96)).astype(np.float32)
-    np.testing.assert_allclose(_run(after, x), x / divisors, rtol=2.5e-7, atol=0)
+    np.testing.assert_allclose(run_main(after, x), x / divisors, rtol=2.5e-7, atol=0)
 
 
 @pytest.mark.parametrize("case", ["input divisor", "zero", "small tensor"])
@@ -74,7 +63,7 @@ def test_other_divisions_keep_tvms_lowering(case):
     else:
         mod = _module(relax.const(255.0, "float32"), shape=(MIN_ELEMENTS - 1,))
     after = relax.transform.LegalizeOps(LEGALIZE_MAP)(mod)
-    assert "prim.Div" in _node_types(after)
+    assert "prim.Div" in kernel_node_types(after)
 
 
 @I.ir_module

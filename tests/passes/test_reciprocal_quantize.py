@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import tvm
+from relax_helpers import kernel_node_types
 from tvm import relax, tirx
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -33,7 +34,7 @@ def _module(scale, zero_point, dtype="uint8", shape=(1, 64, 64, 32)):
 
 def _divides(mod) -> bool:
     """Whether a kernel of ``mod`` divides floats (TVM's own lowering of quantize does)."""
-    return "prim.Div" in _node_types(mod)
+    return "prim.Div" in kernel_node_types(mod)
 
 
 def _calls(mod) -> set[str]:
@@ -44,12 +45,6 @@ def _calls(mod) -> set[str]:
             names |= {node["data"] for node in json.loads(tvm.ir.save_json(func))["nodes"]
                       if node["type"] == "ir.Op"}
     return names
-
-
-def _node_types(mod) -> set[str]:
-    """The IR node types of ``mod``'s kernels (their serialized graph: every node once)."""
-    return {node["type"] for _, func in mod.functions.items() if isinstance(func, tirx.PrimFunc)
-            for node in json.loads(tvm.ir.save_json(func))["nodes"]}
 
 
 def _run(mod, x):
