@@ -26,30 +26,19 @@ import numpy as np
 import tvm
 from tvm import relax, tirx, topi
 
+from ..frontends.relax_shapes import static_shape
 from ..relax_walk import constant_values
 
 _DEFAULT = tvm.ir.Op.get("relax.divide").get_attr("FLegalize")
 MIN_ELEMENTS = 256
 
 
-def _elements(ty) -> int | None:
-    """Elements of a tensor type's shape; None when a dim is symbolic (counted as many)."""
-    shape = getattr(ty, "shape", None)
-    dims = getattr(shape, "values", None)
-    if dims is None:
-        return None
-    try:
-        return math.prod(int(d) for d in dims)
-    except TypeError:
-        return None
-
-
 def _divide(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     x, divisor = call.args
     values = constant_values(divisor)
-    elements = _elements(call.ty)
+    shape = static_shape(call)  # None: a symbolic dim, counted as many elements
     if (str(call.ty.dtype) != "float32" or values is None or
-            (elements is not None and elements < MIN_ELEMENTS) or
+            (shape is not None and math.prod(shape) < MIN_ELEMENTS) or
             not np.all(np.isfinite(values)) or np.any(values == 0)):
         return _DEFAULT(bb, call)
     reciprocal = (np.float32(1.0) / values.astype(np.float32)).astype(np.float32)
