@@ -39,7 +39,9 @@ def test_contraction_takes_matmul_not_softmax():
     assert Contraction().apply(_softmax_func((12, 128)), TARGET, False) is None
 
 
-@pytest.mark.parametrize("shape", [[1, 1000], [3, 12, 129]])
+# rows of 96 and 48: the elementwise passes take 4 and 2 vectors a step on AVX2 (2 and 1 on
+# AVX-512), 1000 and 129 one or none
+@pytest.mark.parametrize("shape", [[1, 1000], [3, 12, 129], [4, 16, 96], [2, 3, 48]])
 def test_softmax_matches_onnxruntime(shape, tmp_path):
     graph = helper.make_graph(
         [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "softmax",
@@ -254,6 +256,23 @@ def test_row_wise_vectorizes_the_reductions_of_a_layer_norm():
         assert sch.get(sch.get_loops(blocks[name])[-1]).kind == tvm.tirx.ForKind.VECTORIZED
     assert all(sch.get(sch.get_loops(b)[0]).kind == tvm.tirx.ForKind.PARALLEL
                for b in blocks.values())
+
+
+@pytest.mark.parametrize("row, width", [(128, 64), (96, 32), (48, 16), (40, None)])
+def test_row_wise_elementwise_passes_take_up_to_four_vectors_a_step(row, width):
+    """An exp is one chain of about 25 dependent operations: one vector a step left AVX2 cores
+    waiting on its latency (cpu_rows.WIDE_VECTORS). Rows of 8, 6 and 3 vectors of 16 lanes
+    take 4, 2 and 1 a step; a row of 40 is no whole number of vectors and stays scalar."""
+    with AVX512:
+        sch = RowWise().apply(_softmax_func((12, row)), AVX512, False)
+    steps = {}
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        loop = sch.get(sch.get_loops(block)[-1])
+        steps[sch.get(block).name_hint] = (
+            int(loop.extent) if loop.kind == tvm.tirx.ForKind.VECTORIZED else None)
+    assert steps["T_softmax_exp"] == width and steps["T_softmax_norm"] == width, steps
+    if width is not None:  # the partial max and sum stay one vector of 16
+        assert steps["T_softmax_maxelem_rf_update"] == steps["T_softmax_expsum_rf_update"] == 16
 
 
 def test_row_wise_leaves_channel_means_to_generic():
