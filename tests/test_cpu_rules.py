@@ -275,6 +275,55 @@ def test_row_wise_elementwise_passes_take_up_to_four_vectors_a_step(row, width):
         assert steps["T_softmax_maxelem_rf_update"] == steps["T_softmax_expsum_rf_update"] == 16
 
 
+def _transposing_copy_func(shape, perm, pad=0):
+    """A copy that transposes ``x`` by ``perm`` (then scales it, and pads its last axis by
+    ``pad``) as one block: the head split of an attention's Kt, a NCHW -> NHWC layout change."""
+    x = te.placeholder(shape, name="x")
+    scaled = topi.multiply(topi.transpose(x, perm), tvm.tirx.const(0.125, "float32"))
+    out = topi.nn.pad(scaled, [0] * len(shape), [0] * (len(shape) - 1) + [pad]) if pad else scaled
+    return te.create_prim_func([x, out])
+
+
+@pytest.mark.parametrize("shape, perm, pad, fused", [
+    # Kt of 2 heads of 64 over 1,500 tokens: the token tiles go outside the head dim
+    ((1, 1500, 2, 64), (0, 2, 3, 1), 4, "ax0_ax1_ax3_0_ax2_fused"),
+    # NCHW -> NHWC: channel tiles outside the image's columns
+    ((1, 64, 56, 56), (0, 2, 3, 1), 0, "ax0_ax1_ax3_0_ax2_fused"),
+    # the heads of V: the head dim stays innermost in both, nothing to reorder
+    ((1, 1500, 2, 64), (0, 2, 1, 3), 0, "ax0_ax1_ax2_ax3_0_fused"),
+])
+def test_a_transposing_copy_reads_a_tile_of_rows_at_a_time(shape, perm, pad, fused):
+    """Whisper's Kt copy gathered each vector from 32 token rows, and the next vector that
+    used those rows' cache lines (the next of the 64 head dims) came 1,500 tokens later, after
+    they were evicted: 4 GB/s. With the vectorized loop's outer part outside the loop that reads
+    contiguously, a tile of rows is read whole while its lines are in L1."""
+    func = _transposing_copy_func(shape, perm, pad)
+    with AVX512:
+        sch = Generic().apply(func, AVX512, False)
+    # the transposing block (a pad, where there is one, copies its result in a pass of its own)
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_child_blocks(
+        sch.get_sblock("root"))[0])]
+    assert [loop.kind for loop in loops] == [tvm.tirx.ForKind.PARALLEL,
+                                             tvm.tirx.ForKind.VECTORIZED]
+    assert loops[0].loop_var.name == fused, sch.mod["main"]
+
+
+@pytest.mark.parametrize("shape, perm", [((1, 300, 6, 64), [0, 2, 3, 1]),
+                                         ((1, 64, 28, 28), [0, 2, 3, 1]),
+                                         ((2, 7, 96, 5), [0, 3, 1, 2])])
+def test_transposing_copies_match_onnxruntime(shape, perm, tmp_path):
+    out_shape = [shape[p] for p in perm]
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+         helper.make_node("Mul", ["t", "c"], ["y"])], "transpose",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+        [onnx.numpy_helper.from_array(np.array(0.125, np.float32), "c")])
+    path = tmp_path / "transpose.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    check_against_onnxruntime(path, tmp_path, rtol=0, atol=0)
+
+
 def test_row_wise_leaves_channel_means_to_generic():
     """A sum over H and W in NHWC (a global pool) reduces across the contiguous channels."""
     x = te.placeholder((1, 7, 7, 64), name="x")

@@ -3,9 +3,12 @@ generic schedule of one injective block (parallel outer loops, vectorized inner 
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.sym.analyzer import Analyzer
 from tvm.target import Target
 
 from aotc.targets import simd
@@ -52,6 +55,54 @@ def divisible(sch: s_tir.Schedule, loop, factor: int) -> bool:
     return multiple_of(sch.get(loop).extent, factor)
 
 
+def transposed_read_axis(sch: s_tir.Schedule, block) -> int | None:
+    """For a block at root whose innermost loop reads its largest input with a stride (a
+    transpose: Kt of an attention head, NCHW <-> NHWC), the innermost other loop that reads it
+    contiguously, or None. schedule_injective_block then moves the outer part of the
+    vectorized loop above that one: a vector gathers one element from each of ``lanes`` rows
+    of the input, and with the contiguous loop outside, the next vector that uses those rows'
+    cache lines comes only after the whole vectorized loop, when a long one (Whisper's 1,500
+    tokens) has evicted them; inside, the lines of a tile of rows are read once each.
+    Strides are those at the origin (index 0 on every axis): a reshape's division and modulo
+    make them vary elsewhere, which only makes the loop order less good, never wrong."""
+    stmt = sch.get(block)
+    loops = sch.get_loops(block)
+    variables = [iv.var for iv in stmt.iter_vars]
+    if len(variables) != len(loops) or len(variables) < 2 or any(
+            _extent(sch, loop) != _int(iv.dom.extent) for loop, iv in zip(loops, stmt.iter_vars)):
+        return None  # not the loops' own axes, in order
+    reads = [r for r in stmt.reads if all(isinstance(d, tirx.IntImm) for d in r.source.shape)
+             and all(_int(rng.extent) == 1 for rng in r.region)]
+    if not reads:
+        return None
+    read = max(reads, key=lambda r: math.prod(int(d) for d in r.source.shape))
+    offset, stride = tirx.const(0, "int64"), 1
+    for rng, dim in zip(reversed(read.region), reversed(read.source.shape)):
+        offset = offset + tirx.Cast("int64", rng.min) * stride
+        stride *= int(dim)
+
+    def at(point: dict) -> int | None:
+        analyzer = Analyzer()
+        for var in variables:
+            analyzer.bind(var, tirx.const(point.get(var.name, 0), str(var.ty)))
+        value = analyzer.simplify(offset)
+        return int(value.value) if isinstance(value, tirx.IntImm) else None
+
+    origin = at({})
+    steps = [at({var.name: 1}) for var in variables]
+    if origin is None or any(step is None for step in steps):
+        return None
+    strides = [step - origin for step in steps]
+    if abs(strides[-1]) <= 1:
+        return None
+    contiguous = [k for k in range(len(strides) - 1) if strides[k] == 1]
+    return contiguous[-1] if contiguous else None
+
+
+def _int(expr) -> int | None:
+    return int(expr.value) if isinstance(expr, tirx.IntImm) else None
+
+
 def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
     """Parallelize the outer spatial loops of a block at root and vectorize its inner loop."""
     loops = sch.get_loops(block)
@@ -71,7 +122,10 @@ def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
         if inner_ext and inner_ext >= 4 and len(loops) > 1:
             factor = _largest_divisor(inner_ext, lanes * 4, lanes)
             if factor > 1:
+                contiguous = transposed_read_axis(sch, block)
                 outer, inner = sch.split(loops[-1], factors=[None, factor])
+                if contiguous is not None:
+                    sch.reorder(outer, *loops[contiguous:-1])
                 sch.vectorize(inner)
                 loops = sch.get_loops(block)[:-1]
                 n_spatial = len(loops)
