@@ -81,21 +81,23 @@ def transposed_read_axis(sch: s_tir.Schedule, block) -> int | None:
         offset = offset + tirx.Cast("int64", rng.min) * stride
         stride *= int(dim)
 
-    def at(point: dict) -> int | None:
+    def at(one: int | None) -> int | None:
+        """The offset read with axis ``one`` at 1 and the others at 0."""
         analyzer = Analyzer()
-        for var in variables:
-            analyzer.bind(var, tirx.const(point.get(var.name, 0), str(var.ty)))
+        for k, var in enumerate(variables):
+            analyzer.bind(var, tirx.const(int(k == one), str(var.ty)))
         value = analyzer.simplify(offset)
         return int(value.value) if isinstance(value, tirx.IntImm) else None
 
-    origin = at({})
-    steps = [at({var.name: 1}) for var in variables]
+    origin = at(None)
+    steps = [at(k) for k in range(len(variables))]
     if origin is None or any(step is None for step in steps):
         return None
     strides = [step - origin for step in steps]
     if abs(strides[-1]) <= 1:
         return None
-    contiguous = [k for k in range(len(strides) - 1) if strides[k] == 1]
+    contiguous = [k for k in range(len(strides) - 1)
+                  if strides[k] == 1 and _extent(sch, loops[k]) != 1]
     return contiguous[-1] if contiguous else None
 
 
