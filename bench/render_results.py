@@ -222,6 +222,9 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_avx2_epilogues": (
         "AVX2 host: long-sequence attention tasks, softmax and constant divisions as "
         "multiplies, hard-swish fused into its conv", peers_table),
+    "peers_avx2_wide_vectors": (
+        "AVX2 host: softmax passes 4 vectors a step, transposing copies by tiles of rows",
+        peers_table),
     "generate": ("Generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
     "variable_length_gpt2": ("Variable-length inputs: GPT-2 small", variable_length_table),
