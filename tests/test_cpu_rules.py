@@ -261,7 +261,7 @@ def test_row_wise_vectorizes_the_reductions_of_a_layer_norm():
 @pytest.mark.parametrize("row, width", [(128, 64), (96, 32), (48, 16), (40, None)])
 def test_row_wise_elementwise_passes_take_up_to_four_vectors_a_step(row, width):
     """An exp is one chain of about 25 dependent operations: one vector a step left AVX2 cores
-    waiting on its latency (cpu_rows.WIDE_VECTORS). Rows of 8, 6 and 3 vectors of 16 lanes
+    waiting on its latency (cpu_blocks.WIDE_VECTORS). Rows of 8, 6 and 3 vectors of 16 lanes
     take 4, 2 and 1 a step; a row of 40 is no whole number of vectors and stays scalar."""
     with AVX512:
         sch = RowWise().apply(_softmax_func((12, row)), AVX512, False)
@@ -276,8 +276,9 @@ def test_row_wise_elementwise_passes_take_up_to_four_vectors_a_step(row, width):
 
 
 def _transposing_copy_func(shape, perm, pad=0):
-    """A copy that transposes ``x`` by ``perm`` (then scales it, and pads its last axis by
-    ``pad``) as one block: the head split of an attention's Kt, a NCHW -> NHWC layout change."""
+    """A copy that transposes ``x`` by ``perm`` and scales it as one block (the head split of
+    an attention's Kt, a NCHW -> NHWC layout change), then with ``pad`` a second block that
+    pads its last axis."""
     x = te.placeholder(shape, name="x")
     scaled = topi.multiply(topi.transpose(x, perm), tvm.tirx.const(0.125, "float32"))
     out = topi.nn.pad(scaled, [0] * len(shape), [0] * (len(shape) - 1) + [pad]) if pad else scaled

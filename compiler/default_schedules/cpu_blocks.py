@@ -45,8 +45,12 @@ def _largest_divisor(extent: int, limit: int, multiple_of: int = 1) -> int:
 
 
 def _extent(sch: s_tir.Schedule, loop) -> int | None:
-    ext = sch.get(loop).extent
-    return int(ext.value) if isinstance(ext, tirx.IntImm) else None
+    return _int(sch.get(loop).extent)
+
+
+def _int(expr) -> int | None:
+    """A static integer's value; None for a symbolic expression."""
+    return int(expr.value) if isinstance(expr, tirx.IntImm) else None
 
 
 def divisible(sch: s_tir.Schedule, loop, factor: int) -> bool:
@@ -86,8 +90,7 @@ def transposed_read_axis(sch: s_tir.Schedule, block) -> int | None:
         analyzer = Analyzer()
         for k, var in enumerate(variables):
             analyzer.bind(var, tirx.const(int(k == one), str(var.ty)))
-        value = analyzer.simplify(offset)
-        return int(value.value) if isinstance(value, tirx.IntImm) else None
+        return _int(analyzer.simplify(offset))
 
     origin = at(None)
     steps = [at(k) for k in range(len(variables))]
@@ -101,8 +104,14 @@ def transposed_read_axis(sch: s_tir.Schedule, block) -> int | None:
     return contiguous[-1] if contiguous else None
 
 
-def _int(expr) -> int | None:
-    return int(expr.value) if isinstance(expr, tirx.IntImm) else None
+# Elementwise loops go up to this many vectors a step (schedule_injective_block, and
+# cpu_rows.schedule_injective_tail for the passes over a row): LLVM splits each operation of
+# the wide vector into register-wide ones side by side, so the vectors' dependency chains
+# interleave. With one vector a step, an exp's chain (about 25 dependent operations) is
+# emitted whole, and a core whose out-of-order window holds about one such chain (AVX2 CPUs
+# that split 256-bit operations in two) waits on its latency: the one-kernel attention's
+# softmax did.
+WIDE_VECTORS = 4
 
 
 def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
@@ -122,7 +131,7 @@ def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
     if all_spatial and not touches_bool(sch, block):
         inner_ext = _extent(sch, loops[-1])
         if inner_ext and inner_ext >= 4 and len(loops) > 1:
-            factor = _largest_divisor(inner_ext, lanes * 4, lanes)
+            factor = _largest_divisor(inner_ext, lanes * WIDE_VECTORS, lanes)
             if factor > 1:
                 contiguous = transposed_read_axis(sch, block)
                 outer, inner = sch.split(loops[-1], factors=[None, factor])

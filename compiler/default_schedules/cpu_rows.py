@@ -18,6 +18,7 @@ from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
 from .cpu_blocks import (
+    WIDE_VECTORS,
     CpuRule,
     _extent,
     divisible,
@@ -178,22 +179,13 @@ def is_reduction(sch, block) -> bool:
     return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
 
 
-# The elementwise passes over a row go this many vectors a step (fewer where they do not
-# divide the row), as schedule_injective_block's do: LLVM splits each operation of the wide
-# vector into register-wide ones side by side, so the vectors' dependency chains interleave.
-# With one vector a step, an exp's chain (about 25 dependent operations) is emitted whole, and
-# a core whose out-of-order window holds about one such chain (AVX2 CPUs that split 256-bit
-# operations in two) waits on its latency: the one-kernel attention's softmax.
-WIDE_VECTORS = 4
-
-
 def schedule_injective_tail(sch, block, lanes: int) -> None:
     """Vectorize the innermost loop of a block computed under the task loop in steps of up
-    to WIDE_VECTORS whole vectors. A loop that other blocks are computed under is left scalar:
-    that is the task loop itself when the block has no loop of its own (an argmax's copy-out:
-    one row per task), and TVM's vectorizer gives the intermediates allocated under such a
-    loop one element for all its lanes (every lane of the row reduction then reads and writes
-    the same accumulator)."""
+    to cpu_blocks.WIDE_VECTORS whole vectors. A loop that other blocks are computed under is
+    left scalar: that is the task loop itself when the block has no loop of its own (an
+    argmax's copy-out: one row per task), and TVM's vectorizer gives the intermediates
+    allocated under such a loop one element for all its lanes (every lane of the row reduction
+    then reads and writes the same accumulator)."""
     loops = sch.get_loops(block)
     inner = loops[-1]
     if len(sch.get_child_blocks(inner)) != 1 or not divisible(sch, inner, lanes):
