@@ -8,6 +8,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import tvm
@@ -232,11 +233,39 @@ def _export(executable, output: Path, metadata: dict, spec: TargetSpec) -> None:
     """Link the library straight into a temporary file beside ``output`` (no copy of a
     model's weights from a staging folder) and move it into place once sealed."""
     fcompile = _fcompile(spec)
-    extra = {"fcompile": fcompile} if fcompile is not None else {}
     with tempfile.TemporaryDirectory(prefix="aotc-") as tmp, replacing(output) as staging:
         metadata_file = write_blob(artifact.metadata_blob(metadata), "aotc_metadata",
                                    spec.arch, tmp, "aotc_metadata")
-        executable.export_library(str(staging), addons=[metadata_file],
-                                  fpack_imports=imports_packer(spec.arch), workspace_dir=tmp,
-                                  **extra)
+        export_library(executable, str(staging), [metadata_file], tmp, fcompile,
+                       imports_packer(spec.arch))
         artifact.seal(staging)
+
+
+def export_library(executable, path: str, addons: list[str], workspace: str, fcompile,
+                   fpack_imports) -> None:
+    """``executable.export_library``, with the kernels' object files written in parallel.
+
+    Writing an LLVM module's object file runs LLVM's code generation for it, and TVM writes
+    the modules one after the other: with the kernels split over several modules
+    (parallel_codegen.py), that was most of the export. Here each goes on its own thread (TVM's
+    FFI releases the GIL for the call), under the names TVM gives them, and the link is TVM's:
+    the objects, then the packed imports, through ``fcompile`` (the host cc by default).
+    Modules other than LLVM ones (C sources) take TVM's own export."""
+    root = executable.mod
+    modules = root._collect_dso_modules()
+    if not modules or any(module.kind != "llvm" for module in modules):
+        extra = {"fcompile": fcompile} if fcompile is not None else {}
+        executable.export_library(path, addons=addons, fpack_imports=fpack_imports,
+                                  workspace_dir=workspace, **extra)
+        return
+    if any(module.get_function("__tvm_is_system_module")() for module in modules):
+        raise CompileError("aotc builds shared libraries only (no system-lib modules)")
+    suffix = getattr(fcompile, "object_format", "o")
+    objects = [os.path.join(workspace, f"lib{index}.{suffix}") for index in range(len(modules))]
+    with ThreadPoolExecutor(max(1, min(len(modules), parallel_codegen.default_threads()))
+                            ) as pool:
+        list(pool.map(lambda module, file: module.write_to_file(file), modules, objects))
+    files = [*addons, *objects]
+    if root.imports:
+        files.append(fpack_imports(root, False, "", workspace))
+    (fcompile or cc.create_shared)(path, files)

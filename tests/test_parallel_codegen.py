@@ -61,3 +61,40 @@ def test_models_built_on_one_and_on_three_threads_match(tmp_path, monkeypatch):
         outputs[workers] = model.run(random_inputs(model.signature, seed=3))
     for name, value in outputs[1].items():
         np.testing.assert_array_equal(outputs[3][name], value)
+
+
+def test_export_writes_the_library_tvm_writes(tmp_path, monkeypatch):
+    """build.export_library writes the kernels' objects on several threads; the library is
+    byte for byte the one TVM's own export_library links from the same modules."""
+    from tvm import relax
+
+    from aotc.compiler.build import export_library
+    from aotc.compiler.packed_imports import imports_packer
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([4, 8], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = x
+            for op in (relax.op.exp, relax.op.negative, relax.op.abs, relax.op.sqrt):
+                y = bb.emit(op(y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    monkeypatch.setattr(parallel_codegen, "MIN_KERNELS_PER_GROUP", 1)
+    pipeline = tvm.transform.Sequential([relax.transform.LegalizeOps(),
+                                         relax.get_pipeline("default")])
+    executable = parallel_codegen.build(bb.get(), target, pipeline, workers=2)
+    assert len(executable.mod._collect_dso_modules()) == 2
+    libraries = {}
+    for name in ("ours", "tvm"):
+        work = tmp_path / name
+        work.mkdir()
+        path = str(work / "lib.so")
+        if name == "ours":
+            export_library(executable, path, [], str(work), None, imports_packer("x86_64"))
+        else:
+            executable.export_library(path, workspace_dir=str(work),
+                                      fpack_imports=imports_packer("x86_64"))
+        libraries[name] = (work / "lib.so").read_bytes()
+    assert libraries["ours"] == libraries["tvm"]
