@@ -11,7 +11,12 @@ compile reports use too)."""
 
 from . import cleanup, fusion
 from .cleanup import CollapseLayoutChains, FoldPadIntoConv
-from .folding import FoldChannelAffine, FoldConstantsNumpy, LegalizeDynamicSlices
+from .folding import (
+    FoldChannelAffine,
+    FoldConstantsNumpy,
+    FoldRemainingConstants,
+    LegalizeDynamicSlices,
+)
 from .fusion import FuseAttention
 from .importer_fixes import (
                              Conv1dAsConv2d,
@@ -27,7 +32,7 @@ from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants
 # the groups pipeline.py calls steps() of, then the passes tests and callers import by name
 __all__ = ["cleanup", "fusion",
            "CollapseLayoutChains", "Conv1dAsConv2d", "ConvertLayoutNHWC", "FoldPadIntoConv",
-           "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "GuardIndices",
-           "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
+           "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "FoldRemainingConstants",
+           "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
            "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveInferenceDropout",
            "SumOfStackToAdd", "WholeInputPooling"]

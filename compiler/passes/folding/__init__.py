@@ -1,4 +1,5 @@
-"""Compile-time arithmetic: constants folded (numpy first, then TVM's FoldConstant), inference-
+"""Compile-time arithmetic: constants folded (numpy first, then TVM's FoldConstant where
+something is left for it), inference-
 only ops decomposed, per-channel scale/shift folded into conv/matmul weights."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from tvm import relax
 from ..step import REQUIRED, Step
 from .fold_channel_affine import FoldChannelAffine
 from .fold_constants_numpy import FoldConstantsNumpy
+from .fold_remaining_constants import FoldRemainingConstants
 from .legalize_dynamic_slices import LegalizeDynamicSlices
 
 
@@ -22,8 +24,8 @@ def steps() -> list[Step]:
 def refold() -> list[Step]:
     """Constant folding alone: after a pass that leaves constant expressions behind (the
     layout pass's weight transposes)."""
-    return [Step(FoldConstantsNumpy(), 1), Step(relax.transform.FoldConstant(), 1)]
+    return [Step(FoldConstantsNumpy(), 1), Step(FoldRemainingConstants(), 1)]
 
 
-__all__ = ["FoldChannelAffine", "FoldConstantsNumpy", "LegalizeDynamicSlices", "refold",
-           "steps"]
+__all__ = ["FoldChannelAffine", "FoldConstantsNumpy", "FoldRemainingConstants",
+           "LegalizeDynamicSlices", "refold", "steps"]

@@ -1,0 +1,111 @@
+"""FoldRemainingConstants: TVM's FoldConstant, run only where it has something to fold.
+
+Why: TVM 0.27's FoldConstant legalizes every operator call of a dataflow block to see whether
+its kernel's arguments are all constants, whatever the arguments are: for ResNet-50 that is
+each of its 53 convolutions and 200 elementwise ops, twice (the simplify and layout phases),
+and the TE legalizations took about 0.8 s of a 10 s compile while folding nothing
+(FoldConstantsNumpy, which runs just before, folds what such models have). Where that is so,
+the rest of what FoldConstant does is cheap and done here instead.
+
+What: a call folds only when none of its arguments is computed at run time, i.e. every
+variable it reads (inside tuples too) is bound to a constant or a shape. Where some call is
+like that, or the module converts between shapes and tensors (FoldConstant evaluates those
+specially), TVM's FoldConstant runs as before. Otherwise the module gets what FoldConstant
+would have left it: variables bound to constants replaced by the constant where they are read,
+and bindings nobody reads removed (FoldConstant's ``RemoveAllUnused``). The first such binding
+is what FoldConstantsNumpy leaves behind when it folds.
+
+Where: after FoldConstantsNumpy in the simplify and layout phases (folding.refold)."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ...relax_walk import with_functions
+
+# FoldConstant evaluates these itself (not through a legalized kernel)
+_SHAPE_OPS = frozenset({"relax.tensor_to_shape", "relax.shape_to_tensor"})
+
+
+def _known_vars(func: relax.Function) -> tuple[dict, set]:
+    """(var -> the constant bound to it, vars bound to a shape) of ``func``'s bindings."""
+    constants, shapes = {}, set()
+
+    def visit(expr):
+        if isinstance(expr, relax.SeqExpr):
+            for block in expr.blocks:
+                for binding in block.bindings:
+                    if not isinstance(binding, relax.VarBinding):
+                        continue
+                    if isinstance(binding.value, tvm.ir.GenericConst):
+                        constants[binding.var] = binding.value
+                    elif isinstance(binding.value, relax.ShapeExpr):
+                        shapes.add(binding.var)
+    relax.analysis.post_order_visit(func, visit)
+    return constants, shapes
+
+
+def _reads_runtime_value(expr, known) -> bool:
+    """Whether ``expr`` (a call argument) reads a variable that is neither a constant nor a
+    shape bound in the function."""
+    if isinstance(expr, relax.Var):
+        return expr not in known
+    if isinstance(expr, relax.Tuple):
+        return any(_reads_runtime_value(field, known) for field in expr.fields)
+    return False  # constants, shapes, prim values, data types, strings, global vars
+
+
+def needs_fold(func: relax.Function) -> bool:
+    """Whether TVM's FoldConstant could evaluate something in ``func``."""
+    constants, shapes = _known_vars(func)
+    known = set(constants) | shapes
+    found = []
+
+    def visit(expr):
+        if found or not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+            return
+        if expr.op.name in _SHAPE_OPS or \
+                not any(_reads_runtime_value(arg, known) for arg in expr.args):
+            found.append(expr)
+    relax.analysis.post_order_visit(func, visit)
+    return bool(found)
+
+
+@relax.expr_functor.mutator
+class _InlineConstants(relax.PyExprMutator):
+    """Variables bound to constants read as the constants themselves."""
+
+    def __init__(self, constants: dict):
+        super().__init__()
+        self.constants = constants
+
+    def visit_var_(self, var):
+        return self.constants.get(var, var)
+
+    def visit_dataflow_var_(self, var):
+        return self.constants.get(var, var)
+
+
+def _without_folding(func: relax.Function) -> relax.Function:
+    constants, _ = _known_vars(func)
+    if constants:
+        func = _InlineConstants(constants).visit_expr(func)
+    return relax.analysis.remove_all_unused(func)
+
+
+def fold_remaining_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """What TVM's FoldConstant makes of ``mod`` (see the module docstring)."""
+    funcs = {gv: f for gv, f in mod.functions_items() if isinstance(f, relax.Function)}
+    if any(needs_fold(func) for func in funcs.values()):
+        return relax.transform.FoldConstant()(mod)
+    replaced = {gv: _without_folding(func) for gv, func in funcs.items()}
+    return with_functions(mod, {gv: f for gv, f in replaced.items() if not f.same_as(funcs[gv])})
+
+
+@tvm.transform.module_pass(opt_level=0, name="FoldRemainingConstants")
+class FoldRemainingConstants:
+    """See the module docstring."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return fold_remaining_constants(mod)
