@@ -203,6 +203,7 @@ def parallel_grain_table(data: dict) -> list[str]:
 RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers": ("Standard architectures against peer engines", peers_table),
     "peers_iree": ("Compile time and latency against IREE", peers_table),
+    "peers_iree_avx2": ("AVX2 host: compile time and latency against IREE", peers_table),
     "peers_gpt2_power": ("GPT-2 small after the constant-power rewrite", peers_table),
     "peers_efficientnet_auto_pad": ("EfficientNet-B0 after the Conv auto_pad rewrite",
                                     peers_table),
@@ -225,7 +226,11 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_avx2_wide_vectors": (
         "AVX2 host: softmax passes 4 vectors a step, transposing copies by tiles of rows",
         peers_table),
+    "peers_avx2_whisper_10_rounds": (
+        "AVX2 host: Whisper-base encoder against onnxruntime and OpenVINO fp32, 10 rounds",
+        peers_table),
     "generate": ("Generation with a KV cache", generate_table),
+    "generate_avx2": ("AVX2 host: generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
     "variable_length_gpt2": ("Variable-length inputs: GPT-2 small", variable_length_table),
     "contention": ("Shared CPUs: busy neighbours, a CPU quota, two processes",
