@@ -15,7 +15,8 @@ would have left it: variables bound to constants replaced by the constant where 
 and bindings nobody reads removed (FoldConstant's ``RemoveAllUnused``). The first such binding
 is what FoldConstantsNumpy leaves behind when it folds.
 
-Where: after FoldConstantsNumpy in the simplify and layout phases (folding.refold)."""
+Where: after FoldConstantsNumpy in the simplify and layout phases (folding.refold), and after
+FuseAttention pads its masks."""
 
 from __future__ import annotations
 

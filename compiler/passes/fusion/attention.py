@@ -33,6 +33,7 @@ from tvm.sym import Analyzer
 
 from ... import symbolic_padding
 from ...relax_walk import any_expr, value_uses
+from ..folding.fold_remaining_constants import fold_remaining_constants
 from ..pattern_rewrite import rewrite_module
 
 KEY_MULTIPLE = 16  # float32 lanes of one AVX-512 register; a multiple of AVX2's 8
@@ -286,6 +287,6 @@ class FuseAttention:
         mod = rewrite_module(mod, pattern,
                              _padding_rewriter(parts, value_uses(mod), kernels),
                              kernels.functions)
-        mod = relax.transform.FoldConstant()(mod)  # padded constant masks
+        mod = fold_remaining_constants(mod)  # padded constant masks
         return relax.transform.FuseOpsByPattern([attention_fusion_pattern()],
                                                 bind_constants=False)(mod)
