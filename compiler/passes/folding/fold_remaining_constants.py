@@ -1,11 +1,11 @@
 """FoldRemainingConstants: TVM's FoldConstant, run only where it has something to fold.
 
 Why: TVM 0.27's FoldConstant legalizes every operator call of a dataflow block to see whether
-its kernel's arguments are all constants, whatever the arguments are: for ResNet-50 that is
-each of its 53 convolutions and 200 elementwise ops, twice (the simplify and layout phases),
-and the TE legalizations took about 0.8 s of a 10 s compile while folding nothing
-(FoldConstantsNumpy, which runs just before, folds what such models have). Where that is so,
-the rest of what FoldConstant does is cheap and done here instead.
+its kernel's arguments are all constants, whatever the arguments are: every convolution and
+elementwise op of a CNN, at each refold, a sizeable share of its compile
+(docs/design/measurements.md) while folding nothing, since FoldConstantsNumpy, which runs just
+before, folds what such models have. Where that is so, the rest of what FoldConstant does is
+cheap and done here instead.
 
 What: a call folds only when none of its arguments is computed at run time, i.e. every
 variable it reads (inside tuples too) is bound to a constant or a shape. Where some call is

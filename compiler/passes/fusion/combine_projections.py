@@ -100,16 +100,16 @@ class _Combine(relax.PyExprMutator):
     """Each member's ``matmul(lhs, W)`` (with its constant bias, ``add`` on either side, when
     the group has every bias and the matmul has no other reader) becomes a slice of the
     group's combined matmul, emitted where the group's first member was. One walk over the
-    bindings: TVM's ``rewrite_call`` with the same pattern, a combined matmul per member and
-    common subexpression elimination to merge them took 2.3 s on BERT-base (CSE hashes every
-    constant's values)."""
+    bindings, not TVM's ``rewrite_call`` with a combined matmul per member merged by common
+    subexpression elimination afterwards, which hashed every constant's values
+    (docs/design/measurements.md)."""
 
     def __init__(self, mod, func, combined: dict, single_use: set):
         super().__init__(mod)
         self.combined = combined
         self.single_use = single_use
         self.values = relax.analysis.get_var2val(func)
-        self.emitted: dict = {}  # (group, biased) -> its combined result, once a block
+        self.emitted: dict = {}  # (group, biased) -> its combined result in this block
 
     def _member(self, expr):
         """(matmul call, lhs, group, column range) where ``expr`` is (or is a variable bound
@@ -131,13 +131,19 @@ class _Combine(relax.PyExprMutator):
         self.emitted = {}
         return super().visit_dataflow_block_(block)
 
-    def _slice(self, lhs, group, columns, biased: bool):
-        out = self.emitted.get((group, biased))
-        if out is None:  # the group's first member in this block
-            out = self.builder_.emit(relax.op.matmul(self.visit_expr(lhs), group.weight))
+    def _combined(self, lhs, group, biased: bool):
+        """The group's combined matmul (``biased``: plus its bias), emitted once a block."""
+        key = (group, biased)
+        if key not in self.emitted:
             if biased:
-                out = self.builder_.emit(relax.op.add(out, group.bias))
-            self.emitted[(group, biased)] = out
+                value = relax.op.add(self._combined(lhs, group, False), group.bias)
+            else:
+                value = relax.op.matmul(self.visit_expr(lhs), group.weight)
+            self.emitted[key] = self.builder_.emit(value)
+        return self.emitted[key]
+
+    def _slice(self, lhs, group, columns, biased: bool):
+        out = self._combined(lhs, group, biased)
         rank = len(static_shape(lhs))
         return relax.op.strided_slice(out, axes=[rank - 1], begin=[columns[0]],
                                       end=[columns[1]])
@@ -165,8 +171,9 @@ class _Combine(relax.PyExprMutator):
         if new is None:
             super().visit_var_binding_(binding)
             return
-        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) \
-            else self.builder_.emit_output
+        output = self.builder_.current_block_is_dataflow() and \
+            not isinstance(binding.var, relax.DataflowVar)
+        emit = self.builder_.emit_output if output else self.builder_.emit
         self.set_var_remap(binding.var, emit(new, binding.var.name))
 
 
