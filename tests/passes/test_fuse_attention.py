@@ -244,3 +244,26 @@ def test_projections_of_a_computed_input_with_left_biases_become_one_matmul():
 def test_run_time_weights_are_not_concatenated():
     after = CombineProjections()(_parallel_projections(constant_weights=False))
     assert main_ops(after).count("relax.matmul") == 3
+
+
+def test_a_member_whose_product_is_read_twice_keeps_its_add_and_shares_the_matmul():
+    """Three biased projections of one input, the first product also read on its own: its
+    bias add stays after its slice, the other two take the combined bias, and all three slice
+    one combined matmul (two would read the input twice again)."""
+    weights = [RNG.standard_normal((32, 16)).astype(np.float32) for _ in range(3)]
+    biases = [RNG.standard_normal(16).astype(np.float32) for _ in range(3)]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((7, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            products = [bb.emit(relax.op.matmul(x, relax.const(w))) for w in weights]
+            parts = [bb.emit(relax.op.add(p, relax.const(b))) for p, b in zip(products, biases)]
+            out = bb.emit_output(relax.op.concat([*parts, products[0]], axis=1))
+        bb.emit_func_output(out)
+    before = bb.get()
+    after = CombineProjections()(before)
+    ops = main_ops(after)
+    assert ops.count("relax.matmul") == 1 and ops.count("relax.strided_slice") == 3
+    assert ops.count("relax.add") == 2  # the combined bias, and the first member's own
+    xs = RNG.standard_normal((7, 32)).astype(np.float32)
+    np.testing.assert_allclose(_run(after, [xs]), _run(before, [xs]), rtol=1e-5, atol=1e-5)
