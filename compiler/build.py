@@ -21,6 +21,7 @@ from aotc.atomic import replacing
 from aotc.errors import CompileError, TargetError
 from aotc.options import CompileOptions
 from aotc.runtime import artifact
+from aotc.settings import default_threads
 from aotc.targets import TargetSpec, cpu_flags_needed, runs_here
 
 from . import buckets, cuda_codegen, kv_cache, parallel_codegen
@@ -262,8 +263,7 @@ def export_library(executable, path: str, addons: list[str], workspace: str, fco
         raise CompileError("aotc builds shared libraries only (no system-lib modules)")
     suffix = getattr(fcompile, "object_format", "o")
     objects = [os.path.join(workspace, f"lib{index}.{suffix}") for index in range(len(modules))]
-    with ThreadPoolExecutor(max(1, min(len(modules), parallel_codegen.default_threads()))
-                            ) as pool:
+    with ThreadPoolExecutor(max(1, min(len(modules), default_threads()))) as pool:
         list(pool.map(lambda module, file: module.write_to_file(file), modules, objects))
     files = [*addons, *objects]
     if root.imports:

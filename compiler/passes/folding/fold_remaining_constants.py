@@ -23,28 +23,19 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ...relax_walk import with_functions
+from ...relax_walk import any_expr, with_functions
 
 # FoldConstant evaluates these itself (not through a legalized kernel)
 _SHAPE_OPS = frozenset({"relax.tensor_to_shape", "relax.shape_to_tensor"})
 
 
-def _known_vars(func: relax.Function) -> tuple[dict, set]:
-    """(var -> the constant bound to it, vars bound to a shape) of ``func``'s bindings."""
-    constants, shapes = {}, set()
-
-    def visit(expr):
-        if isinstance(expr, relax.SeqExpr):
-            for block in expr.blocks:
-                for binding in block.bindings:
-                    if not isinstance(binding, relax.VarBinding):
-                        continue
-                    if isinstance(binding.value, tvm.ir.GenericConst):
-                        constants[binding.var] = binding.value
-                    elif isinstance(binding.value, relax.ShapeExpr):
-                        shapes.add(binding.var)
-    relax.analysis.post_order_visit(func, visit)
-    return constants, shapes
+def _bound_constants(func: relax.Function) -> tuple[dict, set]:
+    """(var -> the constant bound to it, vars bound to a constant or a shape) of ``func``."""
+    bound = relax.analysis.get_var2val(func)
+    constants = {var: value for var, value in bound.items()
+                 if isinstance(value, tvm.ir.GenericConst)}
+    shapes = {var for var, value in bound.items() if isinstance(value, relax.ShapeExpr)}
+    return constants, set(constants) | shapes
 
 
 def _reads_runtime_value(expr, known) -> bool:
@@ -57,20 +48,11 @@ def _reads_runtime_value(expr, known) -> bool:
     return False  # constants, shapes, prim values, data types, strings, global vars
 
 
-def needs_fold(func: relax.Function) -> bool:
-    """Whether TVM's FoldConstant could evaluate something in ``func``."""
-    constants, shapes = _known_vars(func)
-    known = set(constants) | shapes
-    found = []
-
-    def visit(expr):
-        if found or not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
-            return
-        if expr.op.name in _SHAPE_OPS or \
-                not any(_reads_runtime_value(arg, known) for arg in expr.args):
-            found.append(expr)
-    relax.analysis.post_order_visit(func, visit)
-    return bool(found)
+def _foldable(expr, known) -> bool:
+    """Whether TVM's FoldConstant could evaluate the call ``expr``."""
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and (
+        expr.op.name in _SHAPE_OPS or
+        not any(_reads_runtime_value(arg, known) for arg in expr.args))
 
 
 @relax.expr_functor.mutator
@@ -88,20 +70,21 @@ class _InlineConstants(relax.PyExprMutator):
         return self.constants.get(var, var)
 
 
-def _without_folding(func: relax.Function) -> relax.Function:
-    constants, _ = _known_vars(func)
-    if constants:
-        func = _InlineConstants(constants).visit_expr(func)
-    return relax.analysis.remove_all_unused(func)
-
-
 def fold_remaining_constants(mod: tvm.IRModule) -> tvm.IRModule:
     """What TVM's FoldConstant makes of ``mod`` (see the module docstring)."""
     funcs = {gv: f for gv, f in mod.functions_items() if isinstance(f, relax.Function)}
-    if any(needs_fold(func) for func in funcs.values()):
+    bound = {gv: _bound_constants(func) for gv, func in funcs.items()}
+    known = set().union(*(names for _, names in bound.values()))  # vars are per function
+    if any_expr(mod, lambda expr: _foldable(expr, known)):
         return relax.transform.FoldConstant()(mod)
-    replaced = {gv: _without_folding(func) for gv, func in funcs.items()}
-    return with_functions(mod, {gv: f for gv, f in replaced.items() if not f.same_as(funcs[gv])})
+    replaced = {}
+    for gv, func in funcs.items():
+        constants = bound[gv][0]
+        new = _InlineConstants(constants).visit_expr(func) if constants else func
+        new = relax.analysis.remove_all_unused(new)
+        if not new.same_as(func):
+            replaced[gv] = new
+    return with_functions(mod, replaced)
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldRemainingConstants")
