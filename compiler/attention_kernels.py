@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from tvm import te, tirx, topi
 
+from .default_schedules.vector_math import softmax_exp
 from .dot_kernels import BF16, bf16_rounded_bits, bf16_value
 
 SCORES_BLOCK = "aotc_bf16_attention_scores"
@@ -70,7 +71,7 @@ def attention(qb: te.Tensor, kp: te.Tensor, vp: te.Tensor, mask: te.Tensor | Non
     masked = te.compute(scores.shape, adjusted, name="masked")
     top = topi.max(masked, axis=-1, keepdims=True)
     shifted = te.compute(masked.shape, lambda *i: masked(*i) - top(*i[:-1], 0), name="shifted")
-    exp = topi.fast_exp(shifted)
+    exp = softmax_exp(shifted)
     total = topi.sum(exp, axis=-1, keepdims=True)
     # one division a row, then multiplies: a vector division costs several multiplies, and the
     # extra rounding (2^-24) is far below the bf16 rounding of the probabilities that follows

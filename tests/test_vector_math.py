@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import onnx
+import pytest
 from helpers import compile_and_load
 from onnx import TensorProto, helper
 from relax_helpers import one_input_module
@@ -82,3 +83,57 @@ def test_softmax_divides_once_a_row():
         if " / " in str(store.value):
             dividing.append([int(d) for d in store.buffer.shape])
     assert dividing == [[12, 1]]
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["x86-64", "host-isa"])
+def test_softmax_exp_within_two_ulp_on_its_domain(fused):
+    """softmax's exp (arguments x - max(x) <= 0): relative error under 2e-7 where the result
+    is a normal float, exactly 1 at 0, exactly 0 below -88 and at -inf (padded keys and masks
+    weigh nothing), NaN kept. Built for plain x86-64 (no FMA: every product rounded) and for
+    the host's ISA level (fused multiply-adds where it has them)."""
+    from relax_helpers import run_main
+
+    from aotc.compiler.default_schedules.vector_math import softmax_exp
+    from aotc.targets.x86 import cpu_flags, detect_isa
+
+    rng = np.random.default_rng(1)
+    x = np.concatenate([np.linspace(-87.3, 0.0, 1_000_000), -np.abs(rng.normal(0.0, 5.0, 200_000)),
+                        [0.0, -0.0, -88.0, -100.0, -3.4e38, -np.inf, np.nan]]).astype(np.float32)
+    module = one_input_module(x.shape, lambda bb, v: bb.call_te(softmax_exp, v))
+    mcpu = detect_isa(cpu_flags())[1] if fused else "x86-64"
+    got = run_main(module, x, mcpu=mcpu).astype(np.float64)
+    want = np.exp(x.astype(np.float64))
+    normal = want >= np.finfo(np.float32).tiny
+    assert (np.abs(got - want)[normal] / want[normal]).max() < 2e-7
+    assert got[~normal & ~np.isnan(x)].max() < np.finfo(np.float32).tiny  # no garbage below
+    np.testing.assert_array_equal(got[-7:-1], [1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    assert np.isnan(got[-1])
+
+
+def test_softmax_keeps_masks_and_nan_rows(tmp_path):
+    """A compiled float32 Softmax (fresh process) against float64 on rows with -inf masks, a
+    fully masked row and a NaN row; its largest entries come out at exp(0) = 1 exactly."""
+    rows = np.random.default_rng(2).normal(0.0, 8.0, (64, 100)).astype(np.float32)
+    rows[1, 10:] = -np.inf
+    rows[2, :] = -np.inf
+    rows[3, 7] = np.nan
+    rows[4, :] = -100.0
+    rows[4, 50] = 0.0
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(rows.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(rows.shape))])
+    path = tmp_path / "softmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    got = compile_and_load(path, tmp_path).run({"x": rows})["y"]
+    with np.errstate(invalid="ignore"):
+        # the differences as float32 computes them (their rounding, up to 2e-6 of a small
+        # probability, is the input's, not the kernel's)
+        shifted = (rows - rows.max(axis=-1, keepdims=True)).astype(np.float64)
+        e = np.exp(shifted)
+        want = e / e.sum(axis=-1, keepdims=True)
+    finite = ~np.isnan(want).any(axis=-1)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-30)
+    assert np.isnan(got[2]).all() and np.isnan(got[3]).all()
+    assert (got[1, 10:] == 0.0).all()
+    assert got[4, 50] == 1.0 and (np.delete(got[4], 50) == 0.0).all()
