@@ -220,6 +220,48 @@ def test_avx2_conv_keeps_its_accumulators_in_registers():
     np.testing.assert_allclose(got.numpy(), _numpy_conv(x, w), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("size,pad", [(1, 0), (3, 1)])
+def test_avx2_conv_tile_rows_run_on_across_output_rows(size, pad):
+    """A conv to 112 channels (14 blocks of 8) of a 14x14 output, built for AVX2: 14 pixels a
+    row allow only 2x2 tiles, so the kernel is indexed by fused pixels (196) and takes 4 pixels
+    x 2 blocks, tiles that wrap from one output row to the next included (the one at pixel 12
+    covers 12, 13, 14, 15). Accumulators stay in registers, the write-back writes each tile's
+    own pixels only, the output matches numpy and nothing is written past its end."""
+    x = RNG.standard_normal((1, 14, 14, 48)).astype(np.float32)
+    w = RNG.standard_normal((size, size, 48, 112)).astype(np.float32)
+    func, packed = _conv_kernel(x, w, 8, pad=pad)
+    target = tvm.target.Target(TARGETS[8])
+    with target:
+        sch = PackedDot().apply(func, target, False)
+    update = sch.get_sblock("aotc_fp32x8_contract_update")
+    assert [int(iv.dom.extent) for iv in sch.get(update).iter_vars][:2] == [196, 112]
+    loops = sch.get_loops(update)
+    assert [int(sch.get(loop).extent) for loop in loops[-3:]] == [4, 2, 8]
+    lib = _build(func, 8)
+    assert loops_spilling_vectors(lib.mod.inspect_source("asm")) == []
+    if size == 1:
+        want = x.astype(np.float64) @ w[0, 0]
+    else:
+        want = _numpy_conv(x, w)
+    got, whole = guarded_output(want.shape)
+    skip_unless_runs_here(TARGETS[8])
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-3)
+    check_guard(whole, want.shape)
+
+
+def test_avx2_convs_keep_rows_where_a_row_has_a_good_tile():
+    """56-pixel rows already take a 4x2 tile: the block keeps its height and width axes."""
+    x = RNG.standard_normal((1, 12, 56, 64)).astype(np.float32)
+    w = RNG.standard_normal((1, 1, 64, 64)).astype(np.float32)
+    func, _ = _conv_kernel(x, w, 8, pad=0)
+    target = tvm.target.Target(TARGETS[8])
+    with target:
+        sch = PackedDot().apply(func, target, False)
+    iters = sch.get(sch.get_sblock("aotc_fp32x8_contract_update")).iter_vars
+    assert [int(iv.dom.extent) for iv in iters][:3] == [12, 56, 64]
+
+
 def test_an_odd_block_count_gets_multi_block_tiles(tmp_path):
     """A vocabulary-like head of 17 blocks of 8 columns (GPT-2's 50,257 words are 61 x 103 such
     blocks) is packed with one zero block more, so the AVX2 tile takes more than one block a
