@@ -381,9 +381,10 @@ class PackedDot(CpuRule):
         sch.unroll(block_in)
 
 
-# Fused pixels only for a tile that ranks this much higher: 2x2 -> 4x2 on AVX2 is 7% (the
-# kernel ran a quarter faster); 4x2 -> 6x2 is 2%, within the noise of tile-shape trials, and
-# would change the schedules of every conv whose rows already tile well.
+# Fused pixels only for a tile that ranks this much higher: on AVX2, 2x2 -> 4x2 ranks 7%
+# higher and is; 4x2 -> 6x2 ranks 2% higher, which tile-shape trials did not resolve, and
+# would change the schedule of every conv whose rows already tile well
+# (docs/design/measurements.md).
 _MERGED_ROWS_GAIN = 1.05
 
 
