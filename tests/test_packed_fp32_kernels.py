@@ -237,6 +237,13 @@ def test_avx2_conv_tile_rows_run_on_across_output_rows(size, pad):
     assert [int(iv.dom.extent) for iv in sch.get(update).iter_vars][:2] == [196, 112]
     loops = sch.get_loops(update)
     assert [int(sch.get(loop).extent) for loop in loops[-3:]] == [4, 2, 8]
+    # the write-back under a tile covers that tile's 4 pixels x 16 channels, whatever row they
+    # are on (run one tile after another, a write-back of the rectangle around a wrapping
+    # tile would still give the right output; in parallel it races)
+    write_back, = sch.get_consumers(update)
+    extents = [sch.get(loop).extent for loop in sch.get_loops(write_back)[1:]]
+    assert all(isinstance(e, tvm.tirx.IntImm) for e in extents)
+    assert np.prod([int(e) for e in extents]) == 4 * 16
     lib = _build(func, 8)
     assert loops_spilling_vectors(lib.mod.inspect_source("asm")) == []
     if size == 1:
