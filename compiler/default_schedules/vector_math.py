@@ -45,7 +45,8 @@ _LOG2E = 1.4426950408889634
 _ROUNDING_BIAS = 12582912.0 + 127.0
 _LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4
 _EXP_POLY = (1.0, 0.9999997, 0.4999915, 0.16667637, 0.04189798, 0.008290301)
-# below this the result is under float32's smallest normal and n + 127 is 0: exactly 0
+# clamped here, n + 127 is 0 and the result exactly 0 (e^-88 is under float32's smallest
+# normal)
 _EXP_ZERO_BELOW = -88.0
 
 
@@ -55,9 +56,9 @@ def softmax_exp(x: te.Tensor) -> te.Tensor:
     clamp at the top and the inf and NaN selects are not needed for such arguments, and 2^n
     is the float pattern of ``x * log2(e) + _ROUNDING_BIAS`` shifted left, with no separate
     rounding and conversion. Relative error under 2e-7 (2 ulp) where the result is a normal
-    float; results below float32's smallest normal are 0 (the smallest normal is e^-87.3).
-    NaN stays NaN (the clamp keeps it, and it then reaches the product); arguments above
-    about 88 are out of its domain."""
+    float (down to e^-87.3); below that a result is 0 or under the smallest normal, and from
+    about -87.7 down, -inf included, exactly 0. NaN stays NaN (the clamp keeps it, and it
+    then reaches the product); arguments above about 88 are out of its domain."""
     f32 = x.dtype
 
     def c(value: float):
