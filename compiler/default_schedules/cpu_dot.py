@@ -178,6 +178,15 @@ def _name(info) -> str:
 _LOAD_COST = 0.35
 
 
+def _tile_merit(tile: tuple[int, int], broadcast_register: bool) -> float:
+    """How tile_shape ranks a tile: its multiply-adds' share of the tile's instructions where
+    the broadcast needs a register, else its accumulator count."""
+    rows, blocks = tile
+    if broadcast_register:
+        return rows * blocks / (rows * blocks + _LOAD_COST * (rows + blocks))
+    return rows * blocks
+
+
 def _tile_with_broadcast_register(channel_blocks: int, rows: int, registers: int,
                                   accumulators: int | None, max_rows: int) -> tuple[int, int]:
     """tile_shape where the broadcast activation needs a register: R*V accumulators, V weight
@@ -195,7 +204,7 @@ def _tile_with_broadcast_register(channel_blocks: int, rows: int, registers: int
                 continue
             if accumulators is not None and r * blocks > max(accumulators, blocks):
                 continue
-            share = r * blocks / (r * blocks + _LOAD_COST * (r + blocks))
+            share = _tile_merit((r, blocks), broadcast_register=True)
             if share > best_share + 1e-9 or (abs(share - best_share) <= 1e-9 and r > best[0]):
                 best, best_share = (r, blocks), share
     return best
@@ -386,15 +395,6 @@ class PackedDot(CpuRule):
 # would change the schedule of every conv whose rows already tile well
 # (docs/design/measurements.md).
 _MERGED_ROWS_GAIN = 1.05
-
-
-def _tile_merit(tile: tuple[int, int], broadcast_register: bool) -> float:
-    """How tile_shape ranks a tile: its multiply-adds' share of the tile's instructions where
-    the broadcast needs a register, else its accumulator count."""
-    rows, blocks = tile
-    if broadcast_register:
-        return rows * blocks / (rows * blocks + _LOAD_COST * (rows + blocks))
-    return rows * blocks
 
 
 def _rows_across_image_rows(sch, block, spatial: list, fmt: DotFormat,
