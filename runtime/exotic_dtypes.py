@@ -25,6 +25,14 @@ NARROW_CODES = {name: "uint8" for name in (
     "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float4_e2m1fn")}
 
 
+# dtypes DLPack carries as they are: the common case, checked by dtype (a set lookup) because
+# ``dtype.name`` is computed in Python, microseconds a call, which a small model's run notices.
+_PLAIN = frozenset(np.dtype(n) for n in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64"))
+_PLAIN_NAMES = frozenset(d.name for d in _PLAIN)
+
+
 def carried_dtype(name: str) -> str:
     """The dtype the compiled model takes for a tensor the user holds as ``name``."""
     return NARROW_VALUES.get(name) or NARROW_CODES.get(name) or name
@@ -32,6 +40,8 @@ def carried_dtype(name: str) -> str:
 
 def to_tvm(ffi, array: np.ndarray):
     """A TVM tensor for ``array`` (a view of the same memory, or a byte copy when narrow)."""
+    if array.dtype in _PLAIN:
+        return ffi.from_dlpack(array)
     name = array.dtype.name
     if name in NARROW_VALUES:
         return ffi.from_dlpack(np.ascontiguousarray(array.astype(NARROW_VALUES[name])))
@@ -49,6 +59,11 @@ def to_tvm(ffi, array: np.ndarray):
 
 def to_numpy(ffi, tensor, want: str | None = None) -> np.ndarray:
     """A numpy array for a TVM output tensor; ``want`` is the signature's dtype for it."""
+    if want in _PLAIN_NAMES:
+        try:
+            return np.from_dlpack(tensor)
+        except (BufferError, RuntimeError, TypeError):
+            pass  # not the dtype the signature says: the checks below name it
     name = str(tensor.dtype)
     if want in NARROW_VALUES or want in NARROW_CODES:
         import ml_dtypes

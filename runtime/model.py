@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 import tempfile
 import threading
@@ -77,6 +78,7 @@ class Model:
         self._lock = threading.Lock()
         forks.track_lock(self)
         self._staging = InputStaging()
+        self._outputs: dict[int, tuple[list[str], list[str | None]]] = {}
         self._threads = settings.thread_count() if self.device.is_host else 1
         self._parallelism = Parallelism(self._threads, settings.PARALLELISM.get())
 
@@ -152,18 +154,25 @@ class Model:
         return self._buckets["entries"][key], sizes
 
     def _run_entry(self, name: str, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
-        specs = list(self.signature.outputs)
         with self._lock:
-            tensors = [to_tvm(self._ffi, self._staging.aligned(i, a))
-                       for i, a in enumerate(arrays)]
+            tensors = [self._staging.tensor(i, a, self._ffi) for i, a in enumerate(arrays)]
             outputs = self._call_unlocked(name, tensors)
-            names = [o.name for o in specs] + [f"output{i}" for i in range(len(specs),
-                                                                           len(outputs))]
-            wants = [o.dtype for o in specs] + [None] * (len(outputs) - len(specs))
             # an output that is an input (an identity model) must not be the staging buffer
             # the next run overwrites
             return {name: self._staging.detached(to_numpy(self._ffi, out, want))
-                    for name, out, want in zip(names, outputs, wants)}
+                    for name, want, out in zip(*self._output_specs(len(outputs)), outputs)}
+
+    def _output_specs(self, count: int) -> tuple[list[str], list[str | None]]:
+        """Names and signature dtypes of ``count`` outputs (those past the signature's are
+        named by position), made once per count."""
+        specs = self._outputs.get(count)
+        if specs is None:
+            declared = list(self.signature.outputs)
+            names = [o.name for o in declared] + [f"output{i}"
+                                                  for i in range(len(declared), count)]
+            wants = [o.dtype for o in declared] + [None] * (count - len(declared))
+            specs = self._outputs[count] = (names, wants)
+        return specs
 
     def call_entry(self, name: str, tensors: list) -> list:
         """Run entry ``name`` of the library on runtime tensors (``tensor``); its outputs as
@@ -255,9 +264,16 @@ class InputStaging:
     def __init__(self):
         self._buffers: dict[int, np.ndarray] = {}
 
-    def aligned(self, position: int, array: np.ndarray) -> np.ndarray:
-        if array.size == 0 or array.ctypes.data % TVM_ALIGNMENT == 0:
-            return array
+    def tensor(self, position: int, array: np.ndarray, ffi):
+        """The runtime tensor for input ``position``: a view of ``array`` where its data is
+        aligned (read from the tensor: numpy's ``ctypes.data`` costs microseconds), else of
+        its staged copy."""
+        tensor = to_tvm(ffi, array)
+        if array.size == 0 or tensor.data_ptr() % TVM_ALIGNMENT == 0:
+            return tensor
+        return to_tvm(ffi, self._staged(position, array))
+
+    def _staged(self, position: int, array: np.ndarray) -> np.ndarray:
         buffer = self._buffers.get(position)
         if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
             buffer = aligned_empty(array.shape, array.dtype)
@@ -366,7 +382,9 @@ def crop_to(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int],
 def _check_one(spec: TensorSpec, value, bound: dict[str, int], empty_ok=frozenset()
                ) -> np.ndarray:
     value = _as_array(spec, value)
-    if value.dtype.name != spec.dtype:  # .name: big-endian float32 is still "float32"
+    want = _numpy_dtype(spec.dtype)
+    if (want is None or value.dtype != want) and value.dtype.name != spec.dtype:
+        # .name: big-endian float32 is still "float32"
         raise InputMismatchError(f"input {spec.name!r}: expected dtype {spec.dtype}, got "
                                  f"{value.dtype.name}")
     if value.ndim != len(spec.shape) or not all(
@@ -375,6 +393,16 @@ def _check_one(spec: TensorSpec, value, bound: dict[str, int], empty_ok=frozense
         raise InputMismatchError(f"input {spec.name!r}: expected shape "
                                  f"{list(spec.shape)}, got {list(value.shape)}")
     return _native_writable(value)
+
+
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype | None:
+    """numpy's dtype named ``name``, or None (bfloat16 and other ml_dtypes types, unless
+    imported): comparing dtypes is fast, ``dtype.name`` is computed in Python."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return None
 
 
 def _as_array(spec: TensorSpec, value) -> np.ndarray:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import statistics
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
@@ -46,6 +45,7 @@ _LONGEST_WAIT = 256    # runs between pool tries at most
 _SIZES = 64            # input sizes whose times are kept (the least recently run go first)
 _IDLE_ENOUGH = 0.6     # share of the other cores idle since the last look to try the pool
 _MIN_JIFFIES = 5       # per core, in a look at /proc/stat
+_LOOK_SECONDS = 0.05   # between reads of /proc/stat (_MIN_JIFFIES of 10 ms)
 _SET_MAX = "_ZN3tvm7runtime9threading17SetMaxConcurrencyEi"  # TVM_DLL, per calling thread
 
 
@@ -59,7 +59,7 @@ class Parallelism:
         self.sizes: OrderedDict[Hashable, _Size] = OrderedDict()  # least recently run first
         self.wait, self.inline_runs = _FIRST_TRY, 0
         self.trial: list[float] = []  # a pool try's run times over inline ones of their size
-        self.idle = IdleCores()
+        self.idle = IdleCores(clock)
         self.clock = clock
 
     def run(self, work: Callable[[], T], pool_work: Callable[[], T] | None = None,
@@ -105,9 +105,10 @@ class Parallelism:
             self._record_try(seconds, times)
             return
         times[mode].append(seconds)
+        if self.mode != POOL:
+            return
         pool, inline = _typical(times[POOL]), _typical(times[INLINE])
-        if self.mode == POOL and pool is not None and inline is not None \
-                and pool > _SLOWER * inline:
+        if pool is not None and inline is not None and pool > _SLOWER * inline:
             self._switch(INLINE)
 
     def _record_try(self, seconds: float, times: dict) -> None:
@@ -141,7 +142,12 @@ class _Size:
 
 
 def _typical(times) -> float | None:
-    return statistics.median(times) if times else None
+    """The median (statistics.median's checks cost more than sorting five numbers)."""
+    if not times:
+        return None
+    ordered = sorted(times)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
 def _inline(work: Callable[[], T]) -> T:
@@ -159,13 +165,22 @@ def _set_max_concurrency():
 
 class IdleCores:
     """Share of time the allowed cores other than one (the calling thread's) were idle since
-    the last call, from /proc/stat; 0 where it cannot be read (then the pool is not tried)."""
+    the last call, from /proc/stat; 0 where it cannot be read (then the pool is not tried).
 
-    def __init__(self):
+    /proc/stat is read at most every _LOOK_SECONDS: the kernel writes the whole file (every
+    interrupt's count) for each read, which costs more than a small model's run, and fewer
+    than _MIN_JIFFIES a core since the last look cannot tell anyway."""
+
+    def __init__(self, clock=time.perf_counter):
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.clock = clock
+        self.looked = clock()
         self.last = self._read()
 
     def mostly_idle(self) -> bool:
+        if self.clock() - self.looked < _LOOK_SECONDS:
+            return False
+        self.looked = self.clock()
         now = self._read()
         if not now or not self.last or len(self.cores) < 2:
             return False
@@ -179,6 +194,7 @@ class IdleCores:
         return idle / total >= _IDLE_ENOUGH * others
 
     def restart(self) -> None:
+        self.looked = self.clock()
         self.last = self._read()
 
     def _read(self) -> dict[int, tuple[int, int]]:

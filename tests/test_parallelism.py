@@ -98,6 +98,24 @@ def test_a_fixed_policy_never_switches(policy, mode, machine):
     assert set(machine.modes) == {mode}
 
 
+def test_proc_stat_is_read_at_most_every_look_interval(monkeypatch):
+    """Reading /proc/stat costs more than a small model's run: in inline mode the idle check
+    runs every run once the wait is over, and must not read the file each time."""
+    now = [0.0]
+    reads = []
+    monkeypatch.setattr(parallelism.IdleCores, "_read",
+                        lambda self: reads.append(now[0]) or {0: (0, 0), 1: (0, 0)})
+    idle = parallelism.IdleCores(clock=lambda: now[0])
+    idle.cores = [0, 1]
+    for _ in range(1000):  # 1000 runs of 10 us
+        idle.mostly_idle()
+        now[0] += 1e-5
+    assert len(reads) == 1  # the first look, at start
+    now[0] += parallelism._LOOK_SECONDS
+    idle.mostly_idle()
+    assert len(reads) == 2
+
+
 def test_an_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="AOTC_PARALLELISM"):
         Parallelism(2, "sometimes")

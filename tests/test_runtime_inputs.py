@@ -166,6 +166,10 @@ def test_bfloat16_inputs_and_outputs(tmp_path):
     assert got["as_bf16"].dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(got["as_bf16"], x.astype(ml_dtypes.bfloat16))
     np.testing.assert_array_equal(got["as_f32"], x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    # numpy has no dtype named bfloat16 to compare with (np.dtype(None) is float64: a check
+    # against "no dtype" must not pass float64)
+    with pytest.raises(InputMismatchError, match="expected dtype bfloat16, got float64"):
+        aotc.load(tmp_path / "bf16.so")(x=x, b=x.astype(np.float64))
 
 
 def test_empty_inputs_keep_ml_dtypes(tmp_path):
