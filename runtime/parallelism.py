@@ -12,11 +12,16 @@ it knows both times. It leaves pool mode when the typical pool run of a size tak
 typical inline run of the same size. In inline mode it watches the other cores it may use
 (/proc/stat): once they have been mostly idle since the last look, the pool is tried for 3
 runs (the first wakes its sleeping workers) and kept when its best run, against the inline
-time of its own size, beats inline; a failed try doubles the wait before the next (up to 256
-runs), so that a busy machine pays for few slow tries. Typical times are medians of the last 5
-runs of a size. Times are compared within a size only: a server's requests come in many sizes,
-and a batch of 4 run in the pool is slower than a batch of 1 run inline without any contention
-(comparing across sizes sent such models to one thread, at twice the time).
+time of its own size, beats inline; a failed try doubles the wait before the next, in runs (up
+to 256) and in seconds (0.25 s after the first failure, up to 16 s), so that a busy machine
+pays for few slow tries. The seconds matter for small models, whose pool never wins: a try
+wakes the pool's workers, and TVM's workers then spin (sched_yield) long after the try ends;
+tries every 256 runs of a 50 us model kept a second core spinning most of the time.
+
+Typical times are medians of the last 5 runs of a size. Times are compared within a size only:
+a server's requests come in many sizes, and a batch of 4 run in the pool is slower than a
+batch of 1 run inline without any contention (comparing across sizes sent such models to one
+thread, at twice the time).
 
 The choice is per Model, and the concurrency setting per calling thread (TVM keeps both the
 pool and the setting per thread), so models on other threads are not affected."""
@@ -42,6 +47,8 @@ _FIRST_TRY = 8         # runs in inline mode before the first pool try
 _TRIAL = 3             # pool runs in a try (the best counts: the first wakes sleeping workers)
 _PROBE_RUN = 4         # the inline run of pool mode (the pool's first runs start it)
 _LONGEST_WAIT = 256    # runs between pool tries at most
+_FIRST_PAUSE = 0.25    # seconds after a first failed try before the next; doubles per failure
+_LONGEST_PAUSE = 16.0  # seconds between pool tries at most
 _SIZES = 64            # input sizes whose times are kept (the least recently run go first)
 _IDLE_ENOUGH = 0.6     # share of the other cores idle since the last look to try the pool
 _MIN_JIFFIES = 5       # per core, in a look at /proc/stat
@@ -58,6 +65,7 @@ class Parallelism:
         self.mode = INLINE if self.fixed else POOL
         self.sizes: OrderedDict[Hashable, _Size] = OrderedDict()  # least recently run first
         self.wait, self.inline_runs = _FIRST_TRY, 0
+        self.pause, self.tried = 0.0, 0.0  # seconds between tries; when the last one ended
         self.trial: list[float] = []  # a pool try's run times over inline ones of their size
         self.idle = IdleCores(clock)
         self.clock = clock
@@ -96,7 +104,8 @@ class Parallelism:
         if self.trial:  # a pool try runs _TRIAL runs in a row: the first wakes the workers
             return POOL
         self.inline_runs += 1
-        if self.inline_runs >= self.wait and self.idle.mostly_idle():
+        if self.inline_runs >= self.wait and self.clock() - self.tried >= self.pause \
+                and self.idle.mostly_idle():
             return POOL
         return INLINE
 
@@ -122,11 +131,13 @@ class Parallelism:
             times[POOL].append(seconds)
         else:  # still slower: wait twice as long before the next try
             self.wait, self.inline_runs = min(2 * self.wait, _LONGEST_WAIT), 0
+            self.pause = min(max(2 * self.pause, _FIRST_PAUSE), _LONGEST_PAUSE)
+            self.tried = self.clock()
 
     def _switch(self, mode: str) -> None:
         self.mode, self.inline_runs = mode, 0
         if mode == POOL:
-            self.wait = _FIRST_TRY
+            self.wait, self.pause = _FIRST_TRY, 0.0
             for seen in self.sizes.values():
                 seen.times[POOL].clear()
         else:

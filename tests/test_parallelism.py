@@ -67,8 +67,20 @@ def test_the_pool_comes_back_when_the_cores_free_up(machine):
 def test_failed_tries_back_off(machine):
     machine.pool_ms, machine.idle = 80.0, True  # idle by /proc/stat, yet the pool is slow
     choice = _runs(machine, 400)
-    assert choice.mode == INLINE and choice.wait > 64
+    assert choice.mode == INLINE and choice.wait >= 64 and choice.pause >= 1.0
     assert machine.modes[100:].count(POOL) <= 3 * 3  # a few 3-run tries in 300 runs
+
+
+def test_a_model_whose_pool_never_wins_tries_it_seldom(machine):
+    """A 50 us model: the pool's handoff alone costs more than the run. Each try wakes TVM's
+    workers, which then spin for a long time: tries are spaced in seconds, not only in runs
+    (every 256 runs was every 13 ms here)."""
+    machine.pool_ms, machine.inline_ms, machine.idle = 0.2, 0.05, True
+    choice = _runs(machine, 200_000)  # 10 s
+    assert choice.mode == INLINE and machine.now > 10
+    tries = sum(1 for before, now in zip(machine.modes, machine.modes[1:])
+                if before == INLINE and now == POOL)
+    assert tries <= 7  # pauses of 0.25, 0.5, 1, 2, 4 and 8 s
 
 
 def test_runs_of_many_sizes_keep_the_pool_on_an_idle_machine(machine):
