@@ -216,13 +216,14 @@ class Model:
                                      lambda t: to_numpy(self._ffi, t))
 
     def _call_unlocked(self, name: str, tensors: list) -> list:
-        if name not in self._entries:
-            self._entries[name] = self._vm[name]
-        function = self._entries[name]
+        function = self._entries.get(name)
+        if function is None:
+            function = self._entries[name] = self._vm[name]
         try:
             if not self.device.is_host:
                 tensors = [self.device.upload(t) for t in tensors]
-            size = (name, *(tuple(t.shape) for t in tensors))
+            size = (name, *(tuple(t.shape) for t in tensors)) if self._parallelism.enabled \
+                else ()
             result = self._parallelism.run(lambda: function(*tensors),
                                            pool_work=self._pool_work(function, tensors),
                                            size=size)
@@ -345,10 +346,11 @@ def check_inputs(signature: ModelSignature, inputs: dict,
     InputStaging sees to that), and the size each symbolic dim took; any mismatch raises with
     expected vs. got. Symbolic dims are at least 1, but those in ``empty_ok`` (a decoder's
     past length: 0 before the first token) may be 0."""
-    expected = signature.input_names()
-    missing = [n for n in expected if n not in inputs]
-    unknown = [n for n in inputs if n not in expected]
-    if missing or unknown:
+    if len(inputs) != len(signature.inputs) or \
+            not all(spec.name in inputs for spec in signature.inputs):
+        expected = signature.input_names()
+        missing = [n for n in expected if n not in inputs]
+        unknown = [n for n in inputs if n not in expected]
         raise InputMismatchError(f"inputs do not match the model: missing {missing}, unknown "
                                  f"{unknown}; expected {expected}")
     bound: dict[str, int] = {}
@@ -387,9 +389,9 @@ def _check_one(spec: TensorSpec, value, bound: dict[str, int], empty_ok=frozense
         # .name: big-endian float32 is still "float32"
         raise InputMismatchError(f"input {spec.name!r}: expected dtype {spec.dtype}, got "
                                  f"{value.dtype.name}")
-    if value.ndim != len(spec.shape) or not all(
+    if value.shape != spec.shape and (value.ndim != len(spec.shape) or not all(
             _dim_matches(want, got, bound, empty_ok)
-            for want, got in zip(spec.shape, value.shape)):
+            for want, got in zip(spec.shape, value.shape))):  # equal: a static shape
         raise InputMismatchError(f"input {spec.name!r}: expected shape "
                                  f"{list(spec.shape)}, got {list(value.shape)}")
     return _native_writable(value)
