@@ -200,6 +200,19 @@ def parallel_grain_table(data: dict) -> list[str]:
                     body)]
 
 
+def call_overhead_table(data: dict) -> list[str]:
+    """Whole-call latency of models whose kernels take microseconds, per engine."""
+    engines = [e for e in ENGINE_NAMES if any(f"{e}_us" in r for r in data["rows"])]
+    ratios = [k for k in data["rows"][0] if k.startswith("aotc_vs_")]
+    body = [[r["model"], *(_f(r.get(f"{e}_us"), 1) for e in engines),
+             *(_f(r.get(k)) for k in ratios)] for r in data["rows"]]
+    return [f"Median microseconds per call (Python API, {data['runs']} calls in a fresh "
+            f"process, median over {data['rounds']} alternated rounds); ratios are medians of "
+            "per-round ratios.", "",
+            *_table(["model", *(f"{e} us" for e in engines),
+                     *(k.replace("_vs_", " / ") for k in ratios)], body)]
+
+
 RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers": ("Standard architectures against peer engines", peers_table),
     "peers_iree": ("Compile time and latency against IREE", peers_table),
@@ -241,6 +254,8 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "batch_cost": ("Serving: what a batch costs per request, small encoder", batch_cost_table),
     "batch_cost_bert_base": ("Serving: what a batch costs per request, BERT-base",
                              batch_cost_table),
+    "call_overhead": ("What a call costs: models whose kernels take microseconds",
+                      call_overhead_table),
     "parallel_grain": ("Where a parallel loop pays: one kernel on the pool or the calling thread",
                        parallel_grain_table),
 }

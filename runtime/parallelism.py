@@ -15,8 +15,8 @@ runs (the first wakes its sleeping workers) and kept when its best run, against 
 time of its own size, beats inline; a failed try doubles the wait before the next, in runs (up
 to 256) and in seconds (0.25 s after the first failure, up to 16 s), so that a busy machine
 pays for few slow tries. The seconds matter for small models, whose pool never wins: a try
-wakes the pool's workers, and TVM's workers then spin (sched_yield) long after the try ends;
-tries every 256 runs of a 50 us model kept a second core spinning most of the time.
+wakes the pool's workers, and TVM's workers then spin (sched_yield) long after the try ends:
+tries spaced in runs alone kept a second core spinning most of the time (measurements.md).
 
 Typical times are medians of the last 5 runs of a size. Times are compared within a size only:
 a server's requests come in many sizes, and a batch of 4 run in the pool is slower than a
