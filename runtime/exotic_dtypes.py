@@ -17,6 +17,8 @@ import numpy as np
 
 from aotc.errors import InputMismatchError, ModelRunError
 
+from .buffers import aligned_empty
+
 # TVM dtype name -> bits of the unsigned type it crosses as (a view, same memory).
 VIEWED = {"bfloat16": 16}
 # numpy (ml_dtypes) dtype name -> byte dtype the compiled model holds it in.
@@ -43,8 +45,10 @@ def to_tvm(ffi, array: np.ndarray):
     if array.dtype in _PLAIN:
         return ffi.from_dlpack(array)
     name = array.dtype.name
-    if name in NARROW_VALUES:
-        return ffi.from_dlpack(np.ascontiguousarray(array.astype(NARROW_VALUES[name])))
+    if name in NARROW_VALUES:  # a copy of aotc's own: aligned as the kernels need (buffers.py)
+        values = aligned_empty(array.shape, NARROW_VALUES[name])
+        values[...] = array
+        return ffi.from_dlpack(values)
     if name in NARROW_CODES:
         return ffi.from_dlpack(np.ascontiguousarray(array).view(np.uint8))
     if name not in VIEWED:
