@@ -384,8 +384,8 @@ def crop_to(array: np.ndarray, spec: TensorSpec, sizes: dict[str, int],
 def _check_one(spec: TensorSpec, value, bound: dict[str, int], empty_ok=frozenset()
                ) -> np.ndarray:
     value = _as_array(spec, value)
-    want = _numpy_dtype(spec.dtype)
-    if (want is None or value.dtype != want) and value.dtype.name != spec.dtype:
+    dtype = _numpy_dtype(spec.dtype)
+    if (dtype is None or value.dtype != dtype) and value.dtype.name != spec.dtype:
         # .name: big-endian float32 is still "float32"
         raise InputMismatchError(f"input {spec.name!r}: expected dtype {spec.dtype}, got "
                                  f"{value.dtype.name}")
