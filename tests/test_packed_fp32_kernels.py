@@ -300,3 +300,61 @@ def test_an_odd_block_count_gets_multi_block_tiles(tmp_path):
                                 target, False)
     loops = sch.get_loops(sch.get_sblock("aotc_fp32x8_contract_update"))
     assert int(sch.get(loops[-2]).extent) > 1  # blocks a step (3 of 18 here)
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+@pytest.mark.parametrize("height, width, kernel, stride, pad", [
+    (1, 399, 3, 2, 0),    # 199 columns, computed as 200
+    (11, 11, 3, 1, 1),    # 11 columns a row, computed as 12, rows that wrap
+])
+def test_a_conv_computing_a_padded_width_crops_it(lanes, height, width, kernel, stride, pad):
+    """padded_width (PrepackWeights, for widths no tile divides): the kernel reads zeros past
+    the input's right edge for the extra columns and writes only the real ones: against
+    numpy, nothing written past the output."""
+    kh = 1 if height == 1 else kernel
+    x = RNG.standard_normal((1, height, width, 16)).astype(np.float32)
+    w = RNG.standard_normal((kh, kernel, 16, 32)).astype(np.float32)
+    packed = k.pack_conv_weight(w, k.fp32_format(lanes))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    padding = (0 if height == 1 else pad, pad) * 2
+    columns = (width + 2 * pad - kernel) // stride + 1
+    out = k.conv2d_nhwc(xt, wt, 32, (stride, stride), padding, (1, 1), 0,
+                        padded_width=columns + 1)
+    lib = _build(te.create_prim_func([xt, wt, out]), lanes)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (padding[0],) * 2, (pad, pad), (0, 0)))
+    rows = (xp.shape[1] - kh) // stride + 1
+    want = np.zeros((1, rows, columns, 32))
+    for i in range(kh):
+        for j in range(kernel):
+            want += xp[:, i:i + rows * stride:stride, j:j + columns * stride:stride] @ w[i, j]
+    got, whole = guarded_output(want.shape)
+    skip_unless_runs_here(TARGETS[lanes])
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+    check_guard(whole, want.shape)
+
+
+def test_a_strided_conv1d_of_a_prime_width_is_packed(tmp_path):
+    """wav2vec2's feature extractor: Conv1d(512, 512, 3, stride 2) over 399 steps gives 199,
+    prime. It ran on the generic schedule (TVM's pad_einsum refuses the strided read that
+    Contraction's padded tile needs), at under 1 GFLOP/s; it is now a packed kernel over 200
+    columns, cropped: built for the host and for x86-avx2 (runs on any x86 host), against
+    onnxruntime."""
+    import onnx
+    from helpers import check_against_onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+    w = (RNG.standard_normal((64, 48, 3)) / 12).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2], kernel_shape=[3]),
+         helper.make_node("Relu", ["c"], ["y"])], "strided",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 48, 399])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 199])],
+        [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "strided.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    for target in ("x86", "x86-avx2"):
+        model, _ = check_against_onnxruntime(path, tmp_path / target, rtol=1e-4, atol=1e-4,
+                                             target=target)
+        names = [kernel["name"] for kernel in model.metadata["kernels"]]
+        assert any("conv2d_packed" in name for name in names), names

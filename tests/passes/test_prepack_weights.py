@@ -213,3 +213,54 @@ def test_output_channels_a_little_short_of_whole_blocks_are_padded(channels, pac
         assert [int(d) for d in call.ty.shape.values] == [16, channels]
     x = RNG.standard_normal((16, 64)).astype(np.float32)
     np.testing.assert_allclose(_run_vm(after, x), _run_vm(before, x), rtol=1e-5, atol=1e-5)
+
+
+def _strided_conv_module(height: int, width: int, stride: int, pad: int):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, height, width, 16), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.conv2d(
+                x, _const(1 if height == 1 else 3, 3, 16, 32), strides=[stride, stride],
+                padding=[0 if height == 1 else pad, pad], data_layout="NHWC",
+                kernel_layout="HWIO"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("height, width, stride, pad, columns, padded", [
+    (1, 399, 2, 0, 199, 200),   # wav2vec2's strided feature convs: 199 is prime
+    (1, 1599, 2, 0, 799, 800),  # 17 x 47
+    (11, 11, 1, 1, 11, 12),     # a 2-D image whose rows wrap
+])
+def test_a_conv_width_no_tile_divides_is_computed_padded_and_cropped(
+        height, width, stride, pad, columns, padded):
+    """Before: the conv stayed a Relax op, Contraction's padded tile was refused (TVM's
+    pad_einsum takes no strided read) and the generic schedule ran it at under 1 GFLOP/s.
+    After: the packed kernel computes ``padded`` columns, reading zeros past the input's
+    edge, and its crop block keeps ``columns``; the kernel is dot_kernels.conv2d_nhwc with
+    padded_width, and the numbers equal the original's at 16, 8 and 4 lanes."""
+    from aotc.compiler import dot_kernels
+    from aotc.compiler.passes.layout.prepack_weights import padded_width
+    assert padded_width(columns) == padded
+    before = _strided_conv_module(height, width, stride, pad)
+    after = PrepackWeights(8)(before)
+    assert "relax.nn.conv2d" in main_ops(before) and "relax.nn.conv2d" not in main_ops(after)
+    (call,) = _call_tirs(after)
+    assert [int(d) for d in call.ty.shape.values] == [1, height, columns, 32]
+    bb = relax.BlockBuilder()  # the expected kernel, emitted as PrepackWeights emits its own
+    x = relax.Var("x", relax.TensorType((1, height, width, 16), "float32"))
+    with bb.function("main", [x]):
+        out = bb.emit_te(dot_kernels.conv2d_nhwc, x, call.args[1].fields[1], 32,
+                         [stride, stride], [0 if height == 1 else pad, pad] * 2, [1, 1], 0,
+                         "NHWC", padded, primfunc_name_hint="conv2d_packed")
+        bb.emit_func_output(out)
+    expected = bb.get()["conv2d_packed"]
+    kernel = after[call.args[0]]
+    tvm.ir.assert_structural_equal(kernel.without_attr("global_symbol"),
+                                   expected.without_attr("global_symbol"), map_free_vars=True)
+    sch = tvm.s_tir.Schedule(kernel)
+    accumulator = sch.get(sch.get_sblock(dot_kernels.fp32_format(8).block))
+    assert [int(d) for d in accumulator.writes[0].source.shape] == [1, height, padded, 32]
+    x = RNG.standard_normal((1, height, width, 16)).astype(np.float32)
+    assert_lanes_keep_numbers(PrepackWeights, before, x, (16, 8, 4), 1e-5)

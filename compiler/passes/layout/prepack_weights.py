@@ -14,10 +14,13 @@ as float32 conv/matmul is packed here), before lowering, whose FoldConstant woul
 see the weights as plain constants. Sites it leaves to ``Contraction``: output channels that
 fill whole blocks only with much padding (it costs compute and a crop pass; MobileNetV2's 24-
 and 40-channel convs; a few channels short of a block, as a 50,257-word vocabulary head, are
-padded), convolutions whose output width has no divisor between 4 and 8 (the packed tile
-would be one row deep), depthwise/grouped convolutions and matmuls of two activations. A
-matmul whose row count has no such divisor (ViT's 197 tokens) has its rows padded to
-blocks, as a symbolic row count has (below). CPU targets only (GPU rules do not read the
+padded), depthwise/grouped convolutions and matmuls of two activations. A matmul whose row
+count has no divisor between 4 and 8 (ViT's 197 tokens) has its rows padded to blocks, as a
+symbolic row count has (below); a conv whose output width has none (wav2vec2's strided convs
+over 799 and 199 steps) computes a padded width (padded_width: 800, 200), reading zeros past
+the input's edge, and crops it in its kernel. Left to Contraction such convs could not take
+its padded tile either (TVM's pad_einsum refuses a strided read) and fell to the generic
+schedule, two orders of magnitude slower. CPU targets only (GPU rules do not read the
 packed layout).
 
 A matmul whose rows are symbolic (a model exported with dynamic axes: [batch, seq, K]) is
@@ -46,11 +49,13 @@ MAX_CHANNEL_PADDING = 1 / 16
 
 
 def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
-                fmt: dot_kernels.DotFormat, pad_value: int = 0, input_layout: str = "NHWC"):
+                fmt: dot_kernels.DotFormat, pad_value: int = 0, input_layout: str = "NHWC",
+                padded_width: int | None = None):
     """(te function, args...) for ``emit_te``: the conv2d/matmul ``call`` as a packed kernel of
     ``fmt`` reading ``x`` (already in the format's operand type; a conv2d's ``x`` in
     ``input_layout``), ``weight`` (HWIO / [K, N], in the format's input type) packed at
-    compile time."""
+    compile time; a conv2d computing ``padded_width`` output columns (dot_kernels.conv2d_nhwc)
+    if given."""
     if call.op.name == "relax.matmul":
         packed = dot_kernels.packed_tensor(dot_kernels.pack_matmul_weight, weight, fmt,
                                            dot_kernels.matmul_packed_shape(weight.shape, fmt,
@@ -62,14 +67,14 @@ def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
                                                                      whole_tiles=True))
     return (dot_kernels.conv2d_nhwc, x, relax.const(packed), weight.shape[3],
             [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
-            [int(d) for d in attrs.dilation], pad_value, input_layout)
+            [int(d) for d in attrs.dilation], pad_value, input_layout, padded_width)
 
 
 def site_packed_call(site: Site, x: relax.Expr, fmt: dot_kernels.DotFormat,
-                     input_layout: str = "NHWC"):
+                     input_layout: str = "NHWC", padded_width: int | None = None):
     """packed_call of a float32 site, its constant weight converted by ``fmt``'s packing."""
     return packed_call(site.call, site.weight(), x, fmt,
-                       input_layout=input_layout)
+                       input_layout=input_layout, padded_width=padded_width)
 
 
 # Input channels up to which a conv reads an NCHW input in place of its NHWC transpose (an
@@ -136,6 +141,21 @@ def whole_rows(rows: int) -> bool:
     return rows <= _MAX_ROWS or any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
 
 
+def padded_width(rows: int) -> int:
+    """The fewest rows at or above ``rows`` that a register tile of 4 to 8 rows divides (ties:
+    the deeper tile's): 199 -> 200, 11 -> 12."""
+    return min((-(-rows // r) * r, -r) for r in range(4, _MAX_ROWS + 1))[0]
+
+
+def pads_width(site: Site, lanes: int) -> bool:
+    """A conv2d with whole channel blocks whose output width no tile divides (wav2vec2's
+    strided convs over 799 and 199 steps): PrepackWeights packs it computing padded_width
+    columns, the extra ones cropped in the kernel."""
+    rows = tile_rows(site)
+    return (site_kind(site) == "conv2d" and rows is not None and not whole_rows(rows)
+            and whole_channels(site, lanes))
+
+
 def pads_rows(site: Site, lanes: int) -> bool:
     """A matmul with whole channel blocks whose static row count no tile divides (ViT's 197
     tokens): PrepackWeights pads its rows to blocks of dot_kernels.SYMBOLIC_ROWS, as it does
@@ -200,12 +220,13 @@ class PrepackWeights:
         def emit(bb, site, x):
             if tile_rows(site) is None or pads_rows(site, self.lanes):
                 return row_blocks_packed(bb, site, x, fmt)
+            width = padded_width(tile_rows(site)) if pads_width(site, self.lanes) else None
             source = nchw_source(bb, site, x)
-            call = site_packed_call(site, x, fmt) if source is None else \
-                site_packed_call(site, source, fmt, input_layout="NCHW")
+            call = site_packed_call(site, x, fmt, padded_width=width) if source is None else \
+                site_packed_call(site, source, fmt, input_layout="NCHW", padded_width=width)
             return bb.emit_te(*call, primfunc_name_hint=f"{site_kind(site)}_packed")
-        return convert_sites(mod, lambda s: packs_well(s, self.lanes) or pads_rows(s, self.lanes),
-                             emit, symbolic_rows=True)
+        return convert_sites(mod, lambda s: packs_well(s, self.lanes) or pads_rows(s, self.lanes)
+                             or pads_width(s, self.lanes), emit, symbolic_rows=True)
 
 
 def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt,
