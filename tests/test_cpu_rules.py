@@ -125,7 +125,21 @@ def test_ragged_contraction_is_padded_to_whole_vectors():
     assert len(padded) == 2  # both operands copied into buffers padded to whole tiles
 
 
-@pytest.mark.parametrize("case", ["scores", "dense_bias_gelu"])
+def test_a_strided_ragged_conv_keeps_contraction_without_its_padded_tile():
+    """TVM's pad_einsum refuses a strided read as an einsum: a stride-2 conv over 199 output
+    columns (prime) with 36 channels (PrepackWeights leaves it: not whole blocks) lost
+    Contraction altogether and ran on the generic schedule, unvectorized (1.2 GFLOP/s where
+    Contraction's ragged tile runs 11-12, one thread, AVX2). Contraction now keeps it."""
+    x = te.placeholder((1, 1, 399, 48), name="x")
+    w = te.placeholder((1, 3, 48, 36), name="w")
+    func = te.create_prim_func([x, w, topi.nn.conv2d_nhwc(x, w, (1, 2), 0, 1)])
+    with TARGET:
+        sch = Contraction().apply(func, TARGET, False)
+    assert sch is not None
+    assert tvm.tirx.ForKind.VECTORIZED in _update_loop_kinds(sch)
+
+
+@pytest.mark.parametrize("case", ["scores", "dense_bias_gelu", "strided_conv"])
 def test_ragged_contractions_match_onnxruntime(case, tmp_path):
     """The padded result is copied back within bounds, with the epilogue applied there (an
     inlined copy once wrote the padded tile past the end of the output)."""
@@ -135,6 +149,12 @@ def test_ragged_contractions_match_onnxruntime(case, tmp_path):
         inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 197, 64]),
                   helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 3, 64, 197])]
         out, inits = [1, 3, 197, 197], []
+    elif case == "strided_conv":  # 36 channels: left to Contraction, 199 columns: ragged
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2], kernel_shape=[3])]
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 48, 399])]
+        out = [1, 36, 199]
+        inits = [onnx.numpy_helper.from_array(
+            (rng.standard_normal((36, 48, 3)) / 12).astype(np.float32), "w")]
     else:
         nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
                  helper.make_node("Add", ["h", "b"], ["hb"]),

@@ -145,7 +145,15 @@ def _pad_ragged_tile(sch: s_tir.Schedule, main, lanes: int) -> bool:
         padding[spatial[-2]] = 4
     if padding == [1] * len(kinds):
         return False
-    sch.pad_einsum(main.block_rv, padding)
+    try:
+        sch.pad_einsum(main.block_rv, padding)
+    except ScheduleError:
+        # TVM takes no strided read as an einsum (a strided conv): a static extent then keeps
+        # its ragged tile, which beats losing the rule to the generic schedule; a symbolic one
+        # must be padded (the tiles assume whole blocks), so the rule gives the kernel up
+        if any(not _static(dom[i]) for i, pad in enumerate(padding) if pad > 1):
+            raise
+        return False
     return True
 
 
