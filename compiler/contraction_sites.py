@@ -49,6 +49,16 @@ def _conv_site(call: relax.Call) -> bool:
             and _float_tensor(call.args[0], 4))
 
 
+def grouped_conv_site(call: relax.Call) -> bool:
+    """A grouped conv2d (NHWC, HWIO) of more than one input channel a group: PrepackWeights
+    packs these too (find_sites' ``grouped``); depthwise convs have their own schedule."""
+    attrs = call.attrs
+    return (call.op.name == "relax.nn.conv2d" and attrs.data_layout == "NHWC"
+            and attrs.kernel_layout == "HWIO" and attrs.out_layout == "NHWC"
+            and int(attrs.groups) > 1 and int(call.args[1].value.shape[2]) > 1
+            and _float_tensor(call.args[0], 4))
+
+
 def _matmul_site(call: relax.Call) -> bool:
     weight = call.args[1]
     return (len(weight.value.shape) == 2 and _float_tensor(call.args[0])
@@ -74,9 +84,11 @@ def symbolic_rows_matmul(call: relax.Call) -> bool:
 KINDS = {"relax.nn.conv2d": ("conv2d", _conv_site, 3), "relax.matmul": ("matmul", _matmul_site, 1)}
 
 
-def find_sites(func: relax.Function, symbolic_rows: bool = False) -> list[Site]:
+def find_sites(func: relax.Function, symbolic_rows: bool = False,
+               grouped: bool = False) -> list[Site]:
     """The sites of ``func`` in binding order; with ``symbolic_rows``, also the matmuls of
-    symbolic_rows_matmul."""
+    symbolic_rows_matmul; with ``grouped``, also grouped convs (grouped_conv_site), named
+    "grouped_conv2d_N" so that the other sites keep their names."""
     sites, counts = [], {}
     for block in getattr(func.body, "blocks", []):
         for binding in block.bindings:
@@ -86,12 +98,16 @@ def find_sites(func: relax.Function, symbolic_rows: bool = False) -> list[Site]:
             kind = KINDS.get(call.op.name)
             if kind is None or not isinstance(call.args[1], tvm.ir.GenericConst):
                 continue
-            if call.args[1].value.dtype != "float32" or not (
-                    kind[1](call) or (symbolic_rows and symbolic_rows_matmul(call))):
+            if call.args[1].value.dtype != "float32":
                 continue
-            index = counts.get(kind[0], 0)
-            counts[kind[0]] = index + 1
-            sites.append(Site(f"{kind[0]}_{index}", binding.var, call, call.args[0], kind[2]))
+            name = kind[0]
+            if not (kind[1](call) or (symbolic_rows and symbolic_rows_matmul(call))):
+                if not (grouped and grouped_conv_site(call)):
+                    continue
+                name = "grouped_conv2d"
+            index = counts.get(name, 0)
+            counts[name] = index + 1
+            sites.append(Site(f"{name}_{index}", binding.var, call, call.args[0], kind[2]))
     return sites
 
 

@@ -234,19 +234,25 @@ def _crop(acc: te.Tensor, channels: int, width: int | None = None) -> te.Tensor:
 
 def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding, dilation,
                 pad_value: int, input_layout: str = "NHWC",
-                padded_width: int | None = None) -> te.Tensor:
+                padded_width: int | None = None, groups: int = 1) -> te.Tensor:
     """Accumulator-typed conv2d of ``x`` (the format's operand type) and packed ``w`` (its
     dtype names the format) into NHWC; ``padding`` is (top, left, bottom, right).
     ``input_layout`` "NCHW": ``x`` is read in place of its NHWC transpose, through the pad
     block (passes/layout/prepack_weights.py, nchw_source: a model's image input).
     ``padded_width``: the kernel computes that many output columns (more than the conv has:
     a width no register tile divides, such as 199), reading zeros past the input's right
-    edge, and its crop block keeps the real ones."""
+    edge, and its crop block keeps the real ones. ``groups``: a grouped conv whose weight
+    (HWIO: [KH, KW, IC/groups, OC]) packs as an ungrouped one of IC/groups inputs; each output
+    block reads the input channels of its group (every group whole blocks of output channels,
+    float32 only)."""
     fmt = _format_of(w)
     nchw = input_layout == "NCHW"
     n, h, width, c = (int(x.shape[i]) for i in ((0, 2, 3, 1) if nchw else (0, 1, 2, 3)))
     ocb, kh, kw, icb = (int(d) for d in w.shape[:4])
     icp = icb * fmt.group
+    per_group = ocb * fmt.lanes // groups   # output channels of a group
+    assert groups == 1 or (fmt.group == 1 and groups * icp == c and out_channels == ocb * fmt.lanes
+                           and per_group % fmt.lanes == 0), "a grouped conv needs whole blocks"
     top, left, bottom, right = padding
     (sh, sw), (dh, dw) = strides, dilation
     ow = (width + left + right - (kw - 1) * dw - 1) // sw + 1
@@ -255,19 +261,19 @@ def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding,
     extra = max(0, (wide - 1) * sw + (kw - 1) * dw + 1 - (width + left + right))
     # a padded channel of an NCHW input would read a plane past the tensor
     assert not nchw or icp == c, "an NCHW input needs a format of one product per lane"
-    if any(padding) or icp != c or nchw or extra:
+    if any(padding) or groups * icp != c or nchw or extra:
         def padded(b, i, j, k):
             inside = tirx.all(i >= top, i < h + top, j >= left, j < width + left, k < c)
             value = x[b, k, i - top, j - left] if nchw else x[b, i - top, j - left, k]
             return tirx.if_then_else(inside, value, tirx.const(pad_value, fmt.operand))
-        x = te.compute((n, h + top + bottom, width + left + right + extra, icp), padded,
-                       name=PAD_BLOCK)
+        x = te.compute((n, h + top + bottom, width + left + right + extra, groups * icp),
+                       padded, name=PAD_BLOCK)
     oh = (int(x.shape[1]) - (kh - 1) * dh - 1) // sh + 1
     rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
     rc = te.reduce_axis((0, icp), "rc")
     lanes, group = fmt.lanes, fmt.group
     acc = te.compute((n, oh, wide, ocb * lanes), lambda b, i, j, o: te.sum(fmt.product(
-        x[b, i * sh + rh * dh, j * sw + rw * dw, rc],
+        x[b, i * sh + rh * dh, j * sw + rw * dw, rc if groups == 1 else o // per_group * icp + rc],
         w[o // lanes, rh, rw, rc // group, o % lanes, rc % group]),
         axis=[rh, rw, rc]), name=fmt.block)
     return _widened(_crop(acc, out_channels, ow), fmt)

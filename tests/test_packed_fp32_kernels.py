@@ -358,3 +358,51 @@ def test_a_strided_conv1d_of_a_prime_width_is_packed(tmp_path):
                                              target=target)
         names = [kernel["name"] for kernel in model.metadata["kernels"]]
         assert any("conv2d_packed" in name for name in names), names
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_a_grouped_conv_reads_each_blocks_group(lanes):
+    """groups (PrepackWeights, groups of whole blocks): 4 groups of 16 inputs and 32 outputs,
+    9 taps over 30 steps, padded; against numpy, nothing written past the output."""
+    groups, per_in, channels, taps = 4, 16, 128, 9
+    x = RNG.standard_normal((1, 1, 30, groups * per_in)).astype(np.float32)
+    w = (RNG.standard_normal((1, taps, per_in, channels)) / 8).astype(np.float32)
+    packed = k.pack_conv_weight(w, k.fp32_format(lanes))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    out = k.conv2d_nhwc(xt, wt, channels, (1, 1), (0, 4, 0, 4), (1, 1), 0, groups=groups)
+    lib = _build(te.create_prim_func([xt, wt, out]), lanes)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (4, 4), (0, 0)))
+    want = np.zeros((1, 1, 30, channels))
+    per_out = channels // groups
+    for g in range(groups):
+        for j in range(taps):
+            want[..., g * per_out:(g + 1) * per_out] += \
+                xp[:, :, j:j + 30, g * per_in:(g + 1) * per_in] @ \
+                w[0, j, :, g * per_out:(g + 1) * per_out]
+    got, whole = guarded_output(want.shape)
+    skip_unless_runs_here(TARGETS[lanes])
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+    check_guard(whole, want.shape)
+
+
+def test_a_grouped_conv1d_is_packed_and_matches_onnxruntime(tmp_path):
+    """A wav2vec2-style positional conv (groups of 48 channels, a long kernel, same padding),
+    for the host and for x86-avx2, against onnxruntime."""
+    import onnx
+    from helpers import check_against_onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+    w = (RNG.standard_normal((192, 48, 16)) / 24).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=4, kernel_shape=[16], pads=[8, 8])],
+        "grouped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 192, 49])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 192, 50])],
+        [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "grouped.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    for target in ("x86", "x86-avx2"):
+        model, _ = check_against_onnxruntime(path, tmp_path / target, rtol=1e-4, atol=1e-4,
+                                             target=target)
+        names = [kernel["name"] for kernel in model.metadata["kernels"]]
+        assert any("conv2d_packed" in name for name in names), names

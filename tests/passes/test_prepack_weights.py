@@ -264,3 +264,46 @@ def test_a_conv_width_no_tile_divides_is_computed_padded_and_cropped(
     assert [int(d) for d in accumulator.writes[0].source.shape] == [1, height, padded, 32]
     x = RNG.standard_normal((1, height, width, 16)).astype(np.float32)
     assert_lanes_keep_numbers(PrepackWeights, before, x, (16, 8, 4), 1e-5)
+
+
+def _grouped_conv_module(groups: int, per_group_in: int, channels: int):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 1, 30, groups * per_group_in), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.conv2d(
+                x, _const(1, 9, per_group_in, channels), padding=[0, 4], groups=groups,
+                data_layout="NHWC", kernel_layout="HWIO"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_grouped_conv_whose_groups_fill_blocks_is_packed():
+    """wav2vec2's positional conv (16 groups of 48 channels, 128 taps) ran under Contraction
+    at a third of the packed kernels' speed. After: conv2d_packed, its weight packed as an
+    ungrouped conv of 48 inputs (blocks of 8 output channels, none padded), each block
+    reading its group's inputs (dot_kernels.conv2d_nhwc(groups=)); the numbers equal the
+    original's at 16, 8 and 4 lanes. Groups of 4 channels (not whole blocks of 8) and a
+    depthwise conv stay Relax ops."""
+    from aotc.compiler import dot_kernels
+    before = _grouped_conv_module(4, 16, 64)
+    after = PrepackWeights(8)(before)
+    assert "relax.nn.conv2d" in main_ops(before) and "relax.nn.conv2d" not in main_ops(after)
+    (call,) = _call_tirs(after)
+    weight = call.args[1].fields[1]
+    assert [int(d) for d in weight.value.shape] == [8, 1, 9, 16, 8, 1]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 1, 30, 64), "float32"))
+    with bb.function("main", [x]):
+        out = bb.emit_te(dot_kernels.conv2d_nhwc, x, weight, 64, [1, 1], [0, 4, 0, 4], [1, 1],
+                         0, "NHWC", None, 4, primfunc_name_hint="conv2d_packed")
+        bb.emit_func_output(out)
+    tvm.ir.assert_structural_equal(after[call.args[0]].without_attr("global_symbol"),
+                                   bb.get()["conv2d_packed"].without_attr("global_symbol"),
+                                   map_free_vars=True)
+    x = RNG.standard_normal((1, 1, 30, 64)).astype(np.float32)
+    assert_lanes_keep_numbers(PrepackWeights, before, x, (16, 8, 4), 1e-5)
+    narrow = _grouped_conv_module(16, 4, 64)  # 4 output channels a group
+    assert "relax.nn.conv2d" in main_ops(PrepackWeights(8)(narrow))
+    depthwise = _grouped_conv_module(64, 1, 64)
+    assert "relax.nn.conv2d" in main_ops(PrepackWeights(8)(depthwise))

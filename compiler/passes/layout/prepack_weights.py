@@ -1,6 +1,7 @@
-"""PrepackWeights: float32 conv2d (NHWC, one group) and matmul with constant weights become
-packed kernels (compiler/dot_kernels.py, ``fp32_format``) whose weights are laid out at
-compile time as ``[OC/L, KH, KW, IC, L]`` / ``[N/L, K, L]``, L = the target's float32 lanes.
+"""PrepackWeights: float32 conv2d (NHWC; one group, or groups of whole blocks) and matmul
+with constant weights become packed kernels (compiler/dot_kernels.py, ``fp32_format``) whose
+weights are laid out at compile time as ``[OC/L, KH, KW, IC, L]`` / ``[N/L, K, L]``, L = the
+target's float32 lanes.
 
 Why: with HWIO / [K, N] weights, each reduction step of a register tile reads L floats of a
 different row, ``OC`` floats apart: for weights past the L2 cache that is one page per step,
@@ -14,7 +15,9 @@ as float32 conv/matmul is packed here), before lowering, whose FoldConstant woul
 see the weights as plain constants. Sites it leaves to ``Contraction``: output channels that
 fill whole blocks only with much padding (it costs compute and a crop pass; MobileNetV2's 24-
 and 40-channel convs; a few channels short of a block, as a 50,257-word vocabulary head, are
-padded), depthwise/grouped convolutions and matmuls of two activations. A matmul whose row
+padded), depthwise convolutions, grouped ones whose groups are not whole blocks of output
+channels, and matmuls of two activations (a grouped conv of whole blocks packs as an
+ungrouped one of its group's inputs, each block reading its group). A matmul whose row
 count has no divisor between 4 and 8 (ViT's 197 tokens) has its rows padded to blocks, as a
 symbolic row count has (below); a conv whose output width has none (wav2vec2's strided convs
 over 799 and 199 steps) computes a padded width (padded_width: 800, 200), reading zeros past
@@ -56,18 +59,20 @@ def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
     ``input_layout``), ``weight`` (HWIO / [K, N], in the format's input type) packed at
     compile time; a conv2d computing ``padded_width`` output columns (dot_kernels.conv2d_nhwc)
     if given."""
+    groups = 1 if call.op.name == "relax.matmul" else int(call.attrs.groups)
     if call.op.name == "relax.matmul":
         packed = dot_kernels.packed_tensor(dot_kernels.pack_matmul_weight, weight, fmt,
                                            dot_kernels.matmul_packed_shape(weight.shape, fmt,
                                                                            whole_tiles=True))
         return (dot_kernels.matmul, x, relax.const(packed), weight.shape[1], pad_value)
     attrs = call.attrs
+    # a grouped conv's blocks must map to its groups: no padding block
     packed = dot_kernels.packed_tensor(dot_kernels.pack_conv_weight, weight, fmt,
                                        dot_kernels.conv_packed_shape(weight.shape, fmt,
-                                                                     whole_tiles=True))
+                                                                     whole_tiles=groups == 1))
     return (dot_kernels.conv2d_nhwc, x, relax.const(packed), weight.shape[3],
             [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
-            [int(d) for d in attrs.dilation], pad_value, input_layout, padded_width)
+            [int(d) for d in attrs.dilation], pad_value, input_layout, padded_width, groups)
 
 
 def site_packed_call(site: Site, x: relax.Expr, fmt: dot_kernels.DotFormat,
@@ -89,7 +94,7 @@ def reads_nchw_in_place(site: Site) -> bool:
     reduction short enough that the schedule reads its input through guards rather than a
     padded copy (cpu_contraction.INLINE_PRODUCERS_MAX_REDUCTION). With a padded copy the
     transpose only moves into that copy, so such stems keep the transpose."""
-    if site_kind(site) != "conv2d":
+    if site_kind(site) != "conv2d" or int(site.call.attrs.groups) > 1:
         return False
     kh, kw, channels = (int(d) for d in site.call.args[1].value.shape[:3])
     return channels <= _NCHW_MAX_CHANNELS and kh * kw * channels <= \
@@ -131,8 +136,11 @@ def packs_well(site: Site, lanes: int) -> bool:
 
 def whole_channels(site: Site, lanes: int) -> bool:
     """Whether the output channels fill whole blocks of ``lanes`` with at most
-    MAX_CHANNEL_PADDING of padding."""
+    MAX_CHANNEL_PADDING of padding; a grouped conv's, every group exactly (a block must read
+    one group's inputs)."""
     channels = int(site.var.ty.shape[-1])
+    if site_kind(site) == "conv2d" and int(site.call.attrs.groups) > 1:
+        return channels % (int(site.call.attrs.groups) * lanes) == 0
     return -(-channels // lanes) * lanes <= channels * (1 + MAX_CHANNEL_PADDING)
 
 
@@ -191,12 +199,13 @@ def rewrite_sites(mod: tvm.IRModule, sites: dict, emit: Callable) -> tvm.IRModul
 
 
 def convert_sites(mod: tvm.IRModule, keep: Callable[[Site], bool],
-                  emit: Callable, symbolic_rows: bool = False) -> tvm.IRModule:
+                  emit: Callable, symbolic_rows: bool = False,
+                  grouped: bool = False) -> tvm.IRModule:
     """``mod`` with main's sites that ``keep`` accepts replaced by ``emit``'s kernels (the
     packing passes: PrepackWeights, ConvertBF16, ConvertFP16)."""
     if not has_main(mod):
         return mod
-    sites = {s.var: s for s in find_sites(mod["main"], symbolic_rows) if keep(s)}
+    sites = {s.var: s for s in find_sites(mod["main"], symbolic_rows, grouped) if keep(s)}
     return rewrite_sites(mod, sites, emit) if sites else mod
 
 
@@ -226,7 +235,8 @@ class PrepackWeights:
                 site_packed_call(site, source, fmt, input_layout="NCHW", padded_width=width)
             return bb.emit_te(*call, primfunc_name_hint=f"{site_kind(site)}_packed")
         return convert_sites(mod, lambda s: packs_well(s, self.lanes) or pads_rows(s, self.lanes)
-                             or pads_width(s, self.lanes), emit, symbolic_rows=True)
+                             or pads_width(s, self.lanes), emit, symbolic_rows=True,
+                             grouped=True)
 
 
 def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt,
