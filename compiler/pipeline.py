@@ -42,7 +42,7 @@ import tvm
 
 from aotc.errors import AotcError, CompileError, meaningful_line
 from aotc.options import CompileOptions
-from aotc.targets import TargetSpec
+from aotc.targets import TargetSpec, broadcast_register
 
 from . import passes
 from . import quantize as int8
@@ -70,7 +70,8 @@ def quantize(options: CompileOptions) -> list[Step]:
 
 def pack(spec: TargetSpec):
     lanes = spec.vector_lanes(32) if spec.schedule_rules == "cpu" else None
-    return lambda _options: passes.layout.pack_steps(lanes)
+    broadcast = lanes is not None and broadcast_register(spec.tvm_target)
+    return lambda _options: passes.layout.pack_steps(lanes, broadcast)
 
 
 def lower(options: CompileOptions) -> list[Step]:

@@ -307,3 +307,26 @@ def test_a_grouped_conv_whose_groups_fill_blocks_is_packed():
     assert "relax.nn.conv2d" in main_ops(PrepackWeights(8)(narrow))
     depthwise = _grouped_conv_module(64, 1, 64)
     assert "relax.nn.conv2d" in main_ops(PrepackWeights(8)(depthwise))
+
+
+@pytest.mark.parametrize("rows, padded", [(49, True), (14, True), (48, False), (35, False)])
+def test_avx2_pads_matmul_rows_that_only_seven_divides(rows, padded):
+    """Where a broadcast takes a register (AVX2) a tile of two blocks has at most 6 rows, so
+    49 rows (a second of wav2vec2 audio) ran 7x1 tiles, each broadcast feeding one multiply-
+    add: their rows are padded to blocks of 8 (pad_rows, then 4x2 tiles). 48 and 35 rows keep
+    their tiles (4..6 divides them); without broadcast_register (AVX-512) nothing changes.
+    The numbers equal the original's."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((rows, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(x, _const(64, 32)))
+        bb.emit_func_output(out)
+    before = bb.get()
+    avx2 = PrepackWeights(8, broadcast_register=True)(before)
+    names = [call.args[0].name_hint for call in _call_tirs(avx2)]
+    assert names == (["pad_rows", "matmul_packed"] if padded else ["matmul_packed"]), names
+    names = [call.args[0].name_hint for call in _call_tirs(PrepackWeights(16)(before))]
+    assert names == ["matmul_packed"], names
+    x = RNG.standard_normal((rows, 64)).astype(np.float32)
+    np.testing.assert_allclose(_run_vm(avx2, x), _run_vm(before, x), rtol=1e-5, atol=1e-5)

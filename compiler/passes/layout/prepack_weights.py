@@ -144,9 +144,10 @@ def whole_channels(site: Site, lanes: int) -> bool:
     return -(-channels // lanes) * lanes <= channels * (1 + MAX_CHANNEL_PADDING)
 
 
-def whole_rows(rows: int) -> bool:
-    """Whether a register tile of 4 to 8 rows divides ``rows`` (or the rows fit one tile)."""
-    return rows <= _MAX_ROWS or any(rows % r == 0 for r in range(4, _MAX_ROWS + 1))
+def whole_rows(rows: int, max_rows: int = _MAX_ROWS) -> bool:
+    """Whether a register tile of 4 to ``max_rows`` rows divides ``rows`` (or the rows fit one
+    tile)."""
+    return rows <= max_rows or any(rows % r == 0 for r in range(4, max_rows + 1))
 
 
 def padded_width(rows: int) -> int:
@@ -164,13 +165,21 @@ def pads_width(site: Site, lanes: int) -> bool:
             and whole_channels(site, lanes))
 
 
-def pads_rows(site: Site, lanes: int) -> bool:
-    """A matmul with whole channel blocks whose static row count no tile divides (ViT's 197
-    tokens): PrepackWeights pads its rows to blocks of dot_kernels.SYMBOLIC_ROWS, as it does
-    a symbolic row count."""
+def pads_rows(site: Site, lanes: int, max_rows: int = _MAX_ROWS) -> bool:
+    """A matmul with whole channel blocks whose static row count no tile of 4 to ``max_rows``
+    rows divides (ViT's 197 tokens): PrepackWeights pads its rows to blocks of
+    dot_kernels.SYMBOLIC_ROWS, as it does a symbolic row count."""
     rows = tile_rows(site)
-    return (site_kind(site) == "matmul" and rows is not None and not whole_rows(rows)
+    return (site_kind(site) == "matmul" and rows is not None and not whole_rows(rows, max_rows)
             and whole_channels(site, lanes))
+
+
+# Where the broadcast activation needs a register of its own (AVX2), the deepest tile of two
+# blocks has 6 rows (R*2 + 2 weights + the broadcast + a spare <= 16 registers:
+# cpu_dot._tile_with_broadcast_register). A matmul whose rows only 7 divides (49 frames of a
+# second of wav2vec2 audio) took a 7x1 tile, each broadcast feeding one multiply-add; its
+# rows padded to blocks of 8 run 4x2 (docs/design/measurements.md).
+_BROADCAST_REGISTER_ROWS = 6
 
 
 @relax.expr_functor.mutator
@@ -212,14 +221,18 @@ def convert_sites(mod: tvm.IRModule, keep: Callable[[Site], bool],
 @tvm.transform.module_pass(opt_level=0, name="PrepackWeights")
 class PrepackWeights:
     """``lanes``: float32 lanes of the target's SIMD register (4, 8 or 16); None (a GPU
-    target) leaves the module as it is.
+    target) leaves the module as it is. ``broadcast_register``: the target's multiply-adds
+    take no broadcast memory operand (targets.broadcast_register: AVX2), so matmul rows only
+    7 divides are padded (_BROADCAST_REGISTER_ROWS).
 
     A short conv of an image in NCHW (the model's input; ConvertLayoutNHWC put a transpose
     before it) reads the image in place, through the kernel's padding block: the transpose was
     a kernel of its own, one more pass over the image."""
 
-    def __init__(self, lanes: int | None):
+    def __init__(self, lanes: int | None, broadcast_register: bool = False):
         self.lanes = lanes
+        # rows a matmul's tile may take without padding them (_BROADCAST_REGISTER_ROWS)
+        self.matmul_rows = _BROADCAST_REGISTER_ROWS if broadcast_register else _MAX_ROWS
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if self.lanes not in dot_kernels.FP32_FORMATS:
@@ -227,14 +240,15 @@ class PrepackWeights:
         fmt = dot_kernels.fp32_format(self.lanes)
 
         def emit(bb, site, x):
-            if tile_rows(site) is None or pads_rows(site, self.lanes):
+            if tile_rows(site) is None or pads_rows(site, self.lanes, self.matmul_rows):
                 return row_blocks_packed(bb, site, x, fmt)
             width = padded_width(tile_rows(site)) if pads_width(site, self.lanes) else None
             source = nchw_source(bb, site, x)
             call = site_packed_call(site, x, fmt, padded_width=width) if source is None else \
                 site_packed_call(site, source, fmt, input_layout="NCHW", padded_width=width)
             return bb.emit_te(*call, primfunc_name_hint=f"{site_kind(site)}_packed")
-        return convert_sites(mod, lambda s: packs_well(s, self.lanes) or pads_rows(s, self.lanes)
+        return convert_sites(mod, lambda s: packs_well(s, self.lanes)
+                             or pads_rows(s, self.lanes, self.matmul_rows)
                              or pads_width(s, self.lanes), emit, symbolic_rows=True,
                              grouped=True)
 
