@@ -242,6 +242,9 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_avx2_whisper_10_rounds": (
         "AVX2 host: Whisper-base encoder against onnxruntime and OpenVINO fp32, 10 rounds",
         peers_table),
+    "peers_new_architectures": (
+        "Architectures the tables above lack: Swin-T, wav2vec2-base, a Llama-style decoder, "
+        "T5-small's encoder", peers_table),
     "generate": ("Generation with a KV cache", generate_table),
     "generate_avx2": ("AVX2 host: generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),

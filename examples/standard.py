@@ -1,11 +1,13 @@
 """Full-size standard architectures with random weights, for comparing engines: ResNet-50,
 MobileNetV3-Large, EfficientNet-B0, ConvNeXt-T, ViT-B/16, BERT-base and GPT-2 small (128
-tokens), and Whisper-base's encoder (1,500 frames).
+tokens), and Whisper-base's encoder (1,500 frames); and Swin-T, wav2vec2-base (one second of
+16 kHz audio), a 12-layer Llama-style decoder (768 wide, grouped-query attention, 128 tokens)
+and T5-small's encoder (128 tokens).
 
 transformers builds every one but MobileNetV3-Large from its config (no hub access);
 MobileNetV3-Large is written here after its paper's table (torchvision is not available).
 Every model takes batch 1 and fixed shapes, and returns one tensor (logits, or the last hidden
-state for BERT and Whisper's encoder).
+state for BERT, Whisper's encoder, wav2vec2, the Llama-style decoder and T5's encoder).
 
     module, inputs = build("vit_b16")
     path = export("vit_b16", "models/")      # models/vit_b16.onnx, opset 17
@@ -143,6 +145,21 @@ MODELS = {
              lambda: _tokens(50257), ("input_ids", "attention_mask")),
     "whisper_base_encoder": (_whisper_encoder, lambda: (torch.randn(1, 80, 3000),),
                              ("input_features",)),
+    # architecture kinds the table above lacks: windowed attention, an audio encoder with a
+    # strided conv front end and a grouped positional conv, a decoder with rotary positions,
+    # RMSNorm and grouped-query attention, relative position bias
+    "swin_t": (lambda: _hf("SwinForImageClassification", "SwinConfig", ("pixel_values",),
+                           num_labels=1000), _image, ("pixel_values",)),
+    "wav2vec2_base": (lambda: _hf("Wav2Vec2Model", "Wav2Vec2Config", ("input_values",)),
+                      lambda: (torch.randn(1, 16000),), ("input_values",)),
+    "llama_small": (lambda: _hf("LlamaModel", "LlamaConfig", ("input_ids", "attention_mask"),
+                                hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                                num_attention_heads=12, num_key_value_heads=4,
+                                vocab_size=32000, max_position_embeddings=512),
+                    lambda: _tokens(32000), ("input_ids", "attention_mask")),
+    "t5_small_encoder": (lambda: _hf("T5EncoderModel", "T5Config",
+                                     ("input_ids", "attention_mask")),
+                         lambda: _tokens(32128), ("input_ids", "attention_mask")),
 }
 
 

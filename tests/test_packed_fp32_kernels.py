@@ -361,18 +361,22 @@ def test_a_strided_conv1d_of_a_prime_width_is_packed(tmp_path):
 
 
 @pytest.mark.parametrize("lanes", [16, 8])
-def test_a_grouped_conv_reads_each_blocks_group(lanes):
-    """groups (PrepackWeights, groups of whole blocks): 4 groups of 16 inputs and 32 outputs,
-    9 taps over 30 steps, padded; against numpy, nothing written past the output."""
-    groups, per_in, channels, taps = 4, 16, 128, 9
+@pytest.mark.parametrize("per_in, taps", [(16, 9), (4, 3)])
+def test_a_grouped_conv_reads_each_blocks_group(lanes, per_in, taps):
+    """groups (PrepackWeights, groups of whole blocks): 4 groups of ``per_in`` inputs and 32
+    outputs over 30 steps, padded; 4 x 3 is a short reduction, read through guards instead of
+    a padded copy (cpu_contraction.INLINE_PRODUCERS_MAX_REDUCTION); against numpy, nothing
+    written past the output."""
+    groups, channels = 4, 128
     x = RNG.standard_normal((1, 1, 30, groups * per_in)).astype(np.float32)
     w = (RNG.standard_normal((1, taps, per_in, channels)) / 8).astype(np.float32)
     packed = k.pack_conv_weight(w, k.fp32_format(lanes))
     xt = te.placeholder(x.shape, "float32", "x")
     wt = te.placeholder(packed.shape, "float32", "w")
-    out = k.conv2d_nhwc(xt, wt, channels, (1, 1), (0, 4, 0, 4), (1, 1), 0, groups=groups)
+    half = taps // 2
+    out = k.conv2d_nhwc(xt, wt, channels, (1, 1), (0, half, 0, half), (1, 1), 0, groups=groups)
     lib = _build(te.create_prim_func([xt, wt, out]), lanes)
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (4, 4), (0, 0)))
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (half, half), (0, 0)))
     want = np.zeros((1, 1, 30, channels))
     per_out = channels // groups
     for g in range(groups):
