@@ -280,11 +280,13 @@ def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding,
 
 
 def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int,
-           rows: int | None = None) -> te.Tensor:
+           rows: int | None = None, out_lead: list[int] | None = None) -> te.Tensor:
     """Accumulator-typed ``x @ W`` of ``x`` [..., M, K] (the format's operand type) and packed
     ``w`` [N/16, K/G, 16, G] (its dtype names the format). ``rows``: ``x`` holds its rows in
     padded blocks ([..., M/R, R, K]) and the result is [..., rows, N], the padding cropped in
-    the kernel's crop block (where its epilogue then runs)."""
+    the kernel's crop block (where its epilogue then runs). ``out_lead``: ``x`` is [M, K],
+    the rows of a [*out_lead, K] activation flattened, and the result is [*out_lead, N],
+    restored in the crop block."""
     fmt = _format_of(w)
     k = int(x.shape[-1])
     kp = int(w.shape[1]) * fmt.group
@@ -299,7 +301,20 @@ def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int,
         axis=[rk]), name=fmt.block)
     if rows is not None:
         return _widened(_crop_blocked_rows(acc, rows, out_features), fmt)
+    if out_lead is not None:
+        return _widened(_crop_flat_rows(acc, [int(d) for d in out_lead], out_features), fmt)
     return _widened(_crop(acc, out_features), fmt)
+
+
+def _crop_flat_rows(acc: te.Tensor, lead: list[int], channels: int) -> te.Tensor:
+    """[M, N] -> [*lead, channels] (M = the product of ``lead``): flattened rows given their
+    axes back and padded channels cropped in one pass."""
+    def value(*i):
+        flat = i[0]
+        for axis, size in zip(i[1:-1], lead[1:]):
+            flat = flat * size + axis
+        return acc[flat, i[-1]]
+    return te.compute(lead + [channels], value, name=CROP_BLOCK)
 
 
 def _crop_blocked_rows(acc: te.Tensor, rows: int, channels: int) -> te.Tensor:

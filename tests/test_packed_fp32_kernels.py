@@ -410,3 +410,24 @@ def test_a_grouped_conv1d_is_packed_and_matches_onnxruntime(tmp_path):
                                              target=target)
         names = [kernel["name"] for kernel in model.metadata["kernels"]]
         assert any("conv2d_packed" in name for name in names), names
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_a_matmul_over_flattened_rows_writes_its_axes_back(lanes):
+    """out_lead (PrepackWeights, windows whose rows no tile divides): 12 windows of 7 rows run
+    as 84 rows and the crop block writes [12, 7, N]; against numpy, nothing written past the
+    output."""
+    x = RNG.standard_normal((84, 40)).astype(np.float32)
+    w = RNG.standard_normal((40, 24)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.fp32_format(lanes), out=np.zeros(
+        k.matmul_packed_shape(w.shape, k.fp32_format(lanes), whole_tiles=True), np.float32))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    lib = _build(te.create_prim_func([xt, wt, k.matmul(xt, wt, 24, 0, out_lead=[12, 7])]),
+                 lanes)
+    want = (x.astype(np.float64) @ w).reshape(12, 7, 24)
+    got, whole = guarded_output(want.shape)
+    skip_unless_runs_here(TARGETS[lanes])
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+    check_guard(whole, want.shape)

@@ -330,3 +330,31 @@ def test_avx2_pads_matmul_rows_that_only_seven_divides(rows, padded):
     assert names == ["matmul_packed"], names
     x = RNG.standard_normal((rows, 64)).astype(np.float32)
     np.testing.assert_allclose(_run_vm(avx2, x), _run_vm(before, x), rtol=1e-5, atol=1e-5)
+
+
+def test_windowed_rows_are_flattened_instead_of_padded():
+    """Swin's window attention projects [64 windows, 49 tokens, C]: on AVX2 49 rows take no
+    two-block tile, and padding each window to 56 computes a seventh more. Flattened, the
+    3,136 rows take 4x2 tiles with no padding: the kernel reads x as [3136, C] and its crop
+    block writes [64, 49, N]. AVX-512 (7-row tiles of three blocks) keeps the windows. The
+    numbers equal the original's."""
+    from aotc.compiler import dot_kernels
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((64, 49, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(relax.op.matmul(x, _const(32, 48)), _const(48)))
+        bb.emit_func_output(out)
+    before = bb.get()
+    avx2 = PrepackWeights(8, broadcast_register=True)(before)
+    (call,) = _call_tirs(avx2)
+    assert call.args[0].name_hint == "matmul_packed"
+    assert [int(d) for d in call.args[1].fields[0].ty.shape.values] == [3136, 32]
+    assert [int(d) for d in call.ty.shape.values] == [64, 49, 48]
+    sch = tvm.s_tir.Schedule(avx2[call.args[0]])
+    accumulator = sch.get(sch.get_sblock(dot_kernels.fp32_format(8).block))
+    assert [int(d) for d in accumulator.writes[0].source.shape] == [3136, 48]
+    (call,) = _call_tirs(PrepackWeights(16)(before))
+    assert [int(d) for d in call.args[1].fields[0].ty.shape.values] == [64, 49, 32]
+    x = RNG.standard_normal((64, 49, 32)).astype(np.float32)
+    np.testing.assert_allclose(_run_vm(avx2, x), _run_vm(before, x), rtol=1e-5, atol=1e-5)

@@ -240,6 +240,8 @@ class PrepackWeights:
         fmt = dot_kernels.fp32_format(self.lanes)
 
         def emit(bb, site, x):
+            if flattens_rows(site, self.matmul_rows):
+                return flat_rows_packed(bb, site, x, fmt)
             if tile_rows(site) is None or pads_rows(site, self.lanes, self.matmul_rows):
                 return row_blocks_packed(bb, site, x, fmt)
             width = padded_width(tile_rows(site)) if pads_width(site, self.lanes) else None
@@ -251,6 +253,34 @@ class PrepackWeights:
                              or pads_rows(s, self.lanes, self.matmul_rows)
                              or pads_width(s, self.lanes), emit, symbolic_rows=True,
                              grouped=True)
+
+
+def flattened_rows(site: Site) -> int | None:
+    """The rows of a matmul whose leading axes are static, all of them taken as rows (Swin's
+    windows, [64, 49, C]: 3,136); None for a conv, symbolic axes or no axis before the rows."""
+    dims = list(site.var.ty.shape.values)[:-1]
+    if site_kind(site) != "matmul" or len(dims) < 2 or \
+            not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+        return None
+    return int(np.prod([int(d) for d in dims]))
+
+
+def flattens_rows(site: Site, max_rows: int) -> bool:
+    """A matmul whose rows no tile divides but whose rows and leading axes together a tile
+    does (64 windows of 49 tokens: 3,136 = 4 x 784): its packed kernel runs on the flattened
+    rows, with no padding, and restores the axes in its crop block."""
+    rows, flat = tile_rows(site), flattened_rows(site)
+    return (rows is not None and flat is not None and not whole_rows(rows, max_rows)
+            and whole_rows(flat, max_rows))
+
+
+def flat_rows_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
+    """The packed matmul of flattens_rows: ``x`` reshaped to [rows, K], the kernel's result
+    in the site's own shape."""
+    shape = [int(d) for d in site.call.args[0].ty.shape.values]
+    flat = bb.emit(relax.op.reshape(x, relax.ShapeExpr([int(np.prod(shape[:-1])), shape[-1]])))
+    return bb.emit_te(*site_packed_call(site, flat, fmt), None, shape[:-1],
+                      primfunc_name_hint="matmul_packed")
 
 
 def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt,
