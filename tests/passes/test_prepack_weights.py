@@ -358,3 +358,25 @@ def test_windowed_rows_are_flattened_instead_of_padded():
     assert [int(d) for d in call.args[1].fields[0].ty.shape.values] == [64, 49, 32]
     x = RNG.standard_normal((64, 49, 32)).astype(np.float32)
     np.testing.assert_allclose(_run_vm(avx2, x), _run_vm(before, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lead, flattened_avx2, flattened_avx512", [
+    ((4, 197), True, False),   # 788 = 4 x 197: 4-row tiles, as deep as AVX2's padded blocks
+    ((8, 197), True, True),    # 1,576 = 8 x 197: deep enough for AVX-512's 8-row blocks
+    ((3, 197), False, False),  # 591: no tile divides it, padded
+])
+def test_rows_flatten_only_into_tiles_as_deep_as_padding_gives(lead, flattened_avx2,
+                                                               flattened_avx512):
+    """A batch of ViT's 197 tokens: padded blocks of 8 run 4-row tiles on AVX2 and 8-row ones
+    on AVX-512, so the flattened rows are taken only where they tile as deep."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((*lead, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(x, _const(32, 48)))
+        bb.emit_func_output(out)
+    before = bb.get()
+    for after, flattened in ((PrepackWeights(8, broadcast_register=True)(before), flattened_avx2),
+                             (PrepackWeights(16)(before), flattened_avx512)):
+        names = [call.args[0].name_hint for call in _call_tirs(after)]
+        assert names == (["matmul_packed"] if flattened else ["pad_rows", "matmul_packed"]), names

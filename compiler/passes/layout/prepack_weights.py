@@ -267,11 +267,19 @@ def flattened_rows(site: Site) -> int | None:
 
 def flattens_rows(site: Site, max_rows: int) -> bool:
     """A matmul whose rows no tile divides but whose rows and leading axes together a tile
-    does (64 windows of 49 tokens: 3,136 = 4 x 784): its packed kernel runs on the flattened
-    rows, with no padding, and restores the axes in its crop block."""
+    as deep as padding would give does (64 windows of 49 tokens: 3,136 = 4 x 784 on AVX2,
+    where rows padded to blocks of 8 run 4-row tiles too): its packed kernel runs on the
+    flattened rows, with no padding, and restores the axes in its crop block. Where padded
+    blocks would run 8-row tiles (AVX-512), the flattened rows must divide by 8."""
     rows, flat = tile_rows(site), flattened_rows(site)
-    return (rows is not None and flat is not None and not whole_rows(rows, max_rows)
-            and whole_rows(flat, max_rows))
+    if rows is None or flat is None or whole_rows(rows, max_rows):
+        return False
+    padded_tile = _deepest_divisor(dot_kernels.SYMBOLIC_ROWS, max_rows)
+    return _deepest_divisor(flat, max_rows) >= max(4, padded_tile)
+
+
+def _deepest_divisor(rows: int, limit: int) -> int:
+    return max(r for r in range(1, limit + 1) if rows % r == 0)
 
 
 def flat_rows_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
