@@ -30,6 +30,31 @@ def _build(func, lanes):
     return build_scheduled(PackedDot(), func, tvm.target.Target(TARGETS[lanes]), "vfmadd")
 
 
+def _check_run(lib, target, x, packed, want, atol=1e-4):
+    """Run ``lib`` on ``x`` and the packed weight where ``target`` runs; its output must match
+    ``want`` with nothing written past it."""
+    got, whole = guarded_output(want.shape)
+    skip_unless_runs_here(target)
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=atol)
+    check_guard(whole, want.shape)
+
+
+def _packed_against_onnxruntime(graph, tmp_path):
+    """Build the ONNX ``graph`` for the host and for x86-avx2 (runs on any x86 host): outputs
+    against onnxruntime, and a packed conv kernel among the library's."""
+    import onnx
+    from helpers import check_against_onnxruntime
+    from onnx import helper
+    path = tmp_path / f"{graph.name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    for target in ("x86", "x86-avx2"):
+        model, _ = check_against_onnxruntime(path, tmp_path / target, rtol=1e-4, atol=1e-4,
+                                             target=target)
+        names = [kernel["name"] for kernel in model.metadata["kernels"]]
+        assert any("conv2d_packed" in name for name in names), names
+
+
 def _conv_kernel(x, w, lanes, stride=1, pad=1, dilation=1):
     """(the packed float32 conv of NHWC ``x`` by HWIO ``w`` as a PrimFunc, ``w`` packed for
     ``lanes``)."""
@@ -63,11 +88,7 @@ def test_conv(lanes, ic, oc, stride, pad, dilation):
     func, packed = _conv_kernel(x, w, lanes, stride, pad, dilation)
     lib = _build(func, lanes)
     want = _numpy_conv(x, w, stride, pad, dilation)
-    got, whole = guarded_output(want.shape)
-    skip_unless_runs_here(TARGETS[lanes])
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
-    check_guard(whole, want.shape)
+    _check_run(lib, TARGETS[lanes], x, packed, want)
 
 
 @pytest.mark.parametrize("lanes", [16, 8])
@@ -82,11 +103,7 @@ def test_matmul(lanes, shape, n):
     out = te.compute(acc.shape, lambda *i: te.max(acc(*i), 0.0), name="relu")
     lib = _build(te.create_prim_func([xt, wt, out]), lanes)
     want = np.maximum(x.astype(np.float64) @ w, 0)
-    got, whole = guarded_output(want.shape)
-    skip_unless_runs_here(TARGETS[lanes])
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
-    check_guard(whole, want.shape)
+    _check_run(lib, TARGETS[lanes], x, packed, want)
 
 
 @pytest.mark.parametrize("pixels", [True, False])
@@ -250,11 +267,7 @@ def test_avx2_conv_tile_rows_run_on_across_output_rows(size, pad):
         want = x.astype(np.float64) @ w[0, 0]
     else:
         want = _numpy_conv(x, w)
-    got, whole = guarded_output(want.shape)
-    skip_unless_runs_here(TARGETS[8])
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-3)
-    check_guard(whole, want.shape)
+    _check_run(lib, TARGETS[8], x, packed, want, atol=1e-3)
 
 
 def test_avx2_convs_keep_rows_where_a_row_has_a_good_tile():
@@ -328,11 +341,7 @@ def test_a_conv_computing_a_padded_width_crops_it(lanes, height, width, kernel, 
     for i in range(kh):
         for j in range(kernel):
             want += xp[:, i:i + rows * stride:stride, j:j + columns * stride:stride] @ w[i, j]
-    got, whole = guarded_output(want.shape)
-    skip_unless_runs_here(TARGETS[lanes])
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
-    check_guard(whole, want.shape)
+    _check_run(lib, TARGETS[lanes], x, packed, want)
 
 
 def test_a_strided_conv1d_of_a_prime_width_is_packed(tmp_path):
@@ -341,8 +350,6 @@ def test_a_strided_conv1d_of_a_prime_width_is_packed(tmp_path):
     Contraction's padded tile needs), at under 1 GFLOP/s; it is now a packed kernel over 200
     columns, cropped: built for the host and for x86-avx2 (runs on any x86 host), against
     onnxruntime."""
-    import onnx
-    from helpers import check_against_onnxruntime
     from onnx import TensorProto, helper, numpy_helper
     w = (RNG.standard_normal((64, 48, 3)) / 12).astype(np.float32)
     graph = helper.make_graph(
@@ -351,13 +358,7 @@ def test_a_strided_conv1d_of_a_prime_width_is_packed(tmp_path):
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 48, 399])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 199])],
         [numpy_helper.from_array(w, "w")])
-    path = tmp_path / "strided.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    for target in ("x86", "x86-avx2"):
-        model, _ = check_against_onnxruntime(path, tmp_path / target, rtol=1e-4, atol=1e-4,
-                                             target=target)
-        names = [kernel["name"] for kernel in model.metadata["kernels"]]
-        assert any("conv2d_packed" in name for name in names), names
+    _packed_against_onnxruntime(graph, tmp_path)
 
 
 @pytest.mark.parametrize("lanes", [16, 8])
@@ -384,18 +385,12 @@ def test_a_grouped_conv_reads_each_blocks_group(lanes, per_in, taps):
             want[..., g * per_out:(g + 1) * per_out] += \
                 xp[:, :, j:j + 30, g * per_in:(g + 1) * per_in] @ \
                 w[0, j, :, g * per_out:(g + 1) * per_out]
-    got, whole = guarded_output(want.shape)
-    skip_unless_runs_here(TARGETS[lanes])
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
-    check_guard(whole, want.shape)
+    _check_run(lib, TARGETS[lanes], x, packed, want)
 
 
 def test_a_grouped_conv1d_is_packed_and_matches_onnxruntime(tmp_path):
     """A wav2vec2-style positional conv (groups of 48 channels, a long kernel, same padding),
     for the host and for x86-avx2, against onnxruntime."""
-    import onnx
-    from helpers import check_against_onnxruntime
     from onnx import TensorProto, helper, numpy_helper
     w = (RNG.standard_normal((192, 48, 16)) / 24).astype(np.float32)
     graph = helper.make_graph(
@@ -403,13 +398,7 @@ def test_a_grouped_conv1d_is_packed_and_matches_onnxruntime(tmp_path):
         "grouped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 192, 49])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 192, 50])],
         [numpy_helper.from_array(w, "w")])
-    path = tmp_path / "grouped.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    for target in ("x86", "x86-avx2"):
-        model, _ = check_against_onnxruntime(path, tmp_path / target, rtol=1e-4, atol=1e-4,
-                                             target=target)
-        names = [kernel["name"] for kernel in model.metadata["kernels"]]
-        assert any("conv2d_packed" in name for name in names), names
+    _packed_against_onnxruntime(graph, tmp_path)
 
 
 @pytest.mark.parametrize("lanes", [16, 8])
@@ -426,8 +415,4 @@ def test_a_matmul_over_flattened_rows_writes_its_axes_back(lanes):
     lib = _build(te.create_prim_func([xt, wt, k.matmul(xt, wt, 24, 0, out_lead=[12, 7])]),
                  lanes)
     want = (x.astype(np.float64) @ w).reshape(12, 7, 24)
-    got, whole = guarded_output(want.shape)
-    skip_unless_runs_here(TARGETS[lanes])
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
-    check_guard(whole, want.shape)
+    _check_run(lib, TARGETS[lanes], x, packed, want)

@@ -41,6 +41,7 @@ from tvm import relax
 
 from ... import dot_kernels, symbolic_padding
 from ...contraction_sites import Site, find_sites
+from ...default_schedules.cpu_blocks import _largest_divisor
 from ...default_schedules.cpu_contraction import INLINE_PRODUCERS_MAX_REDUCTION
 from ...relax_walk import has_main, mutate_functions
 
@@ -59,13 +60,13 @@ def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
     ``input_layout``), ``weight`` (HWIO / [K, N], in the format's input type) packed at
     compile time; a conv2d computing ``padded_width`` output columns (dot_kernels.conv2d_nhwc)
     if given."""
-    groups = 1 if call.op.name == "relax.matmul" else int(call.attrs.groups)
     if call.op.name == "relax.matmul":
         packed = dot_kernels.packed_tensor(dot_kernels.pack_matmul_weight, weight, fmt,
                                            dot_kernels.matmul_packed_shape(weight.shape, fmt,
                                                                            whole_tiles=True))
         return (dot_kernels.matmul, x, relax.const(packed), weight.shape[1], pad_value)
     attrs = call.attrs
+    groups = int(attrs.groups)
     # a grouped conv's blocks must map to its groups: no padding block
     packed = dot_kernels.packed_tensor(dot_kernels.pack_conv_weight, weight, fmt,
                                        dot_kernels.conv_packed_shape(weight.shape, fmt,
@@ -274,19 +275,15 @@ def flattens_rows(site: Site, max_rows: int) -> bool:
     rows, flat = tile_rows(site), flattened_rows(site)
     if rows is None or flat is None or whole_rows(rows, max_rows):
         return False
-    padded_tile = _deepest_divisor(dot_kernels.SYMBOLIC_ROWS, max_rows)
-    return _deepest_divisor(flat, max_rows) >= max(4, padded_tile)
-
-
-def _deepest_divisor(rows: int, limit: int) -> int:
-    return max(r for r in range(1, limit + 1) if rows % r == 0)
+    padded_tile = _largest_divisor(dot_kernels.SYMBOLIC_ROWS, max_rows)
+    return _largest_divisor(flat, max_rows) >= max(4, padded_tile)
 
 
 def flat_rows_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
     """The packed matmul of flattens_rows: ``x`` reshaped to [rows, K], the kernel's result
     in the site's own shape."""
     shape = [int(d) for d in site.call.args[0].ty.shape.values]
-    flat = bb.emit(relax.op.reshape(x, relax.ShapeExpr([int(np.prod(shape[:-1])), shape[-1]])))
+    flat = bb.emit(relax.op.reshape(x, relax.ShapeExpr([flattened_rows(site), shape[-1]])))
     return bb.emit_te(*site_packed_call(site, flat, fmt), None, shape[:-1],
                       primfunc_name_hint="matmul_packed")
 
