@@ -319,6 +319,11 @@ def _check_cpu_flags(path: Path, target: dict) -> None:
             f"{path}: built for target {target['name']} (mcpu={mcpu}), whose code uses "
             f"{', '.join(sorted(needed))}; this CPU lacks {', '.join(sorted(lacking))}. Compile "
             f"it for this machine (--target x86) or for a preset this CPU has (aotc targets)")
+    if "amx_tile" in needed and not x86.request_amx():
+        raise ArtifactError(
+            f"{path}: its kernels use AMX tiles, and Linux refused this process the AMX state "
+            "(arch_prctl ARCH_REQ_XCOMP_PERM; a seccomp filter or an old kernel). Compile it "
+            "for a target without AMX (--target x86-bf16)")
 
 
 def _load_by_content(ffi, path: Path, digest: str):

@@ -64,6 +64,12 @@ def bf16_dot(tvm_target) -> str | None:
     return _first_answer("bf16_dot", tvm_target)
 
 
+def amx_bf16(tvm_target) -> str | None:
+    """The bf16 tile instructions ("amx-bf16") the bf16 matmuls run on for this target, or
+    None (they then run on bf16_dot's vector instructions)."""
+    return _first_answer("amx_bf16", tvm_target)
+
+
 def broadcast_register(tvm_target) -> bool:
     """Whether a multiply-add of a broadcast activation needs that broadcast in a register of
     its own (x86 without AVX-512: no embedded-broadcast memory operand), so that a register
@@ -121,6 +127,6 @@ def measurable_here(spec: TargetSpec) -> str | None:
     return runs_here(spec)
 
 
-__all__ = ["TargetSpec", "Toolchain", "all_targets", "bf16_dot", "broadcast_register",
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "amx_bf16", "bf16_dot", "broadcast_register",
            "cpu_flags_needed", "for_precision", "fp16_dot", "int8_dot", "resolve",
            "measurable_here", "runs_here", "simd"]

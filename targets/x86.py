@@ -3,7 +3,9 @@ ISA level so that a build machine can produce a .so for a different deployment C
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import os
 import platform
 
@@ -92,6 +94,42 @@ _BF16_FLAGS = {"avx512f", "avx512_vnni", "avx512_bf16"}
 def bf16_dot(attrs) -> str | None:
     """The bf16 dot-product instruction set an x86 llvm target has ("avx512-bf16"), or None."""
     return _instructions(attrs, "+avx512bf16", _BF16_CPUS, "avx512-bf16")
+
+
+# LLVM CPUs with AMX-BF16 (tdpbf16ps on tile registers): Sapphire Rapids and later Xeons.
+_AMX_CPUS = {"sapphirerapids", "emeraldrapids", "graniterapids"}
+_AMX_FLAGS = {"amx_tile", "amx_bf16"}
+
+
+def amx_bf16(attrs) -> str | None:
+    """The bf16 tile instruction set an x86 llvm target has ("amx-bf16"), or None."""
+    return _instructions(attrs, "+amx-bf16", _AMX_CPUS, "amx-bf16")
+
+
+# Linux gives a process AMX tile state only once it asks; the first tile instruction before
+# that raises SIGILL. A library with AMX kernels asks when it is loaded (this constructor,
+# linked into it by compiler/build.py), whoever loads it.
+_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
+AMX_PERMISSION_SOURCE = f"""#include <sys/syscall.h>
+#include <unistd.h>
+__attribute__((constructor)) static void aotc_request_amx(void) {{
+  syscall({_SYS_ARCH_PRCTL}, {_ARCH_REQ_XCOMP_PERM}, {_XFEATURE_XTILEDATA});
+}}
+"""
+
+
+@functools.cache
+def request_amx() -> bool:
+    """Ask Linux for this process's AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM); whether
+    it was granted (False off Linux, on a CPU or kernel without AMX, or where a seccomp
+    filter refuses the call)."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 # LLVM CPUs with AVX512-FP16 (vfmadd231ph on <32 x half>); Zen 4 and 5 lack it.
@@ -185,6 +223,8 @@ def flags_needed(attrs) -> set[str]:
         needed |= _BF16_FLAGS
     if fp16_dot(attrs):
         needed |= _FP16_FLAGS
+    if amx_bf16(attrs):
+        needed |= _AMX_FLAGS
     return needed
 
 

@@ -21,9 +21,10 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from aotc.targets import bf16_dot, broadcast_register, fp16_dot, int8_dot, simd
+from aotc.targets import amx_bf16, bf16_dot, broadcast_register, fp16_dot, int8_dot, simd, x86
 
 from ..dot_kernels import CROP_BLOCK, FORMATS, DotFormat
+from . import amx_intrinsics
 from .cpu_blocks import (
     CpuRule,
     _extent,
@@ -280,7 +281,11 @@ class PackedDot(CpuRule):
                                          vector_lanes(target, operand_bits))
         kernel = _DotKernel(fmt, intrinsic, lanes, simd(target)[1], broadcast_register(target),
                             tunable, pixels, accumulators, guarded)
-        self._schedule_main(sch, main, infos[index + 1:], kernel)
+        if fmt.name == "bf16" and amx_bf16(target) and _packed_matmul(sch, main.block_rv, fmt) \
+                and _amx_tile(sch, main) is not None:
+            _schedule_amx(sch, main, infos[index + 1:], kernel)
+        else:
+            self._schedule_main(sch, main, infos[index + 1:], kernel)
         return sch
 
     @staticmethod
@@ -388,6 +393,72 @@ class PackedDot(CpuRule):
             sch.tensorize(channel_lane, name)
         sch.unroll(row_in)
         sch.unroll(block_in)
+
+
+# An AMX tile of sums has at most 16 rows; fewer than this many leave most of each tile
+# multiply idle, and the matmul keeps its vector kernel.
+_AMX_MIN_ROWS = 8
+# the shortest reduction step (bf16 values a tile reads per row, up to 32) worth a tile load
+_AMX_MIN_STEP = 8
+
+
+def _amx_tile(sch, main) -> tuple[int, int, int, int, int] | None:
+    """(rows of a tile, A tiles, B tiles, K, K per step) of the AMX tile of a packed bf16
+    matmul (amx_intrinsics.register), or None where its static shape has none: rows a tile
+    of _AMX_MIN_ROWS to 16 divides, a reduction a step of _AMX_MIN_STEP to 32 divides."""
+    loops = sch.get_loops(main.block_rv)
+    kinds = main.dom_kind()
+    spatial = [_extent(sch, loop) for loop, k in zip(loops, kinds) if k == "S"]
+    reduce = [_extent(sch, loop) for loop, k in zip(loops, kinds) if k == "R"]
+    if len(reduce) != 1 or None in spatial or reduce[0] is None:
+        return None
+    rows = spatial[-2] if len(spatial) >= 2 else 1
+    channels, k = spatial[-1], reduce[0]
+    tile_rows = _largest_divisor(rows, amx_intrinsics.TILE_ROWS)
+    step = max((d for d in range(2, amx_intrinsics.TILE_K + 1, 2) if k % d == 0), default=0)
+    if tile_rows < _AMX_MIN_ROWS or step < _AMX_MIN_STEP or channels % amx_intrinsics.LANES:
+        return None
+    a_tiles = 2 if rows % (2 * tile_rows) == 0 else 1
+    b_tiles = 2 if channels % (2 * amx_intrinsics.LANES) == 0 else 1
+    return tile_rows, a_tiles, b_tiles, k, step
+
+
+def _schedule_amx(sch, main, epilogues, kernel: _DotKernel) -> None:
+    """A packed bf16 matmul on AMX tiles: parallel tiles of up to 2 x 16 rows and 2 x 16
+    columns, each one tensor intrinsic (amx_intrinsics) over the whole reduction, its sums
+    stored to the tile buffer and the epilogue applied from there, as in _schedule_main."""
+    tile_rows, a_tiles, b_tiles, k, step = _amx_tile(sch, main)
+    name = amx_intrinsics.register(tile_rows, a_tiles, b_tiles, k, step)
+    x86.request_amx()  # kernels may run in this process (constant folding, tests)
+    block = main.block_rv
+    loops = sch.get_loops(block)
+    kinds = main.dom_kind()
+    spatial = [loop for loop, kd in zip(loops, kinds) if kd == "S"]
+    (reduce,) = [loop for loop, kd in zip(loops, kinds) if kd == "R"]
+    if len(spatial) < 2:
+        spatial.insert(0, sch.add_unit_loop(spatial[0]))
+    block_out, columns = sch.split(spatial[-1], factors=[None, b_tiles * amx_intrinsics.LANES])
+    row_out, row_in = sch.split(spatial[-2], factors=[None, a_tiles * tile_rows])
+    pairs, group = sch.split(reduce, factors=[None, 2])
+    outer = spatial[:-2]
+    pixels = kernel.pixels if kernel.pixels is not None else pixels_first(sch, block, kernel.fmt)
+    order = [*outer, row_out, block_out] if pixels else [block_out, *outer, row_out]
+    sch.reorder(*order, row_in, columns, pairs, group)
+    tile = sch.fuse(*order)
+    sch.parallel(tile)
+    write_back = sch.cache_write(block, 0, "global")
+    crop = epilogues[0].block_rv if epilogues and _name(epilogues[0]).startswith(
+        CROP_BLOCK) else None
+    if crop is None:
+        Contraction._inline_epilogues(sch, write_back, epilogues, kernel.lanes)
+    else:
+        Contraction._inline_epilogues(sch, crop, epilogues[1:], kernel.lanes)
+        schedule_injective_block(sch, crop, kernel.lanes)
+    sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
+    _vectorize_write_back(sch, write_back, kernel.lanes)
+    init = sch.decompose_reduction(block, row_in)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.tensorize(row_in, name)
 
 
 # Fused pixels only for a tile that ranks this much higher: on AVX2, 2x2 -> 4x2 ranks 7%

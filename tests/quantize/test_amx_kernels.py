@@ -1,0 +1,79 @@
+"""The packed bf16 matmul on AMX tiles (compiler/default_schedules/amx_intrinsics.py, chosen
+by PackedDot for targets with AMX-BF16) against numpy on the same bfloat16-rounded operands:
+2x2, 2x1 and 1x1 tiles of 16, 8 and 12 rows, reductions whose step is under 32 values, a
+batch axis, padded output channels cropped in the kernel, an epilogue, and guard elements
+past the output left untouched. Shapes without a tile keep the vector kernel."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tvm
+from kernel_helpers import build_scheduled, check_guard, guarded_output
+from tvm import te
+
+from aotc.compiler import dot_kernels as k
+from aotc.compiler.default_schedules import amx_intrinsics
+from aotc.compiler.default_schedules.cpu_dot import PackedDot
+from aotc.targets import amx_bf16, x86
+
+AMX_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
+RNG = np.random.default_rng(0)
+runs_amx = pytest.mark.skipif(not {"amx_tile", "amx_bf16"} <= x86.cpu_flags(),
+                              reason="this CPU has no AMX-BF16 to run the kernels on")
+
+
+def _rounded(values):
+    return values.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def _matmul_func(lead, m, kdim, n):
+    xt = te.placeholder((*lead, m, kdim), "float32", "x")
+    w = RNG.standard_normal((kdim, n)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.BF16)
+    wt = te.placeholder(packed.shape, "uint16", "w")
+    acc = k.matmul(k.to_bf16_bits(xt), wt, n, 0)
+    out = te.compute(acc.shape, lambda *i: acc(*i) * 2.0 + 1.0, name="epilogue")
+    return te.create_prim_func([xt, wt, out]), w, packed
+
+
+@pytest.mark.parametrize("lead,m,kdim,n", [((), 32, 64, 64), ((2,), 16, 96, 48),
+                                           ((), 24, 40, 32), ((), 8, 256, 1000),
+                                           ((), 64, 24, 16)])
+def test_amx_matmul_matches_numpy(lead, m, kdim, n):
+    func, w, packed = _matmul_func(lead, m, kdim, n)
+    lib = build_scheduled(PackedDot(), func, AMX_TARGET, "tdpbf16ps")
+    asm = lib.mod.inspect_source("asm")
+    assert "ldtilecfg" in asm and "tilestored" in asm
+    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
+        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
+    assert x86.request_amx()
+    x = RNG.standard_normal((*lead, m, kdim)).astype(np.float32)
+    want = (_rounded(x).astype(np.float64) @ _rounded(w)) * 2 + 1
+    got, whole = guarded_output(want.shape)
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
+    check_guard(whole, want.shape)
+
+
+@pytest.mark.parametrize("m,kdim", [(7, 64), (16, 6), (5, 31)])
+def test_shapes_without_a_tile_keep_the_vector_kernel(m, kdim):
+    func, _w, _packed = _matmul_func((), m, kdim, 32)
+    lib = build_scheduled(PackedDot(), func, AMX_TARGET, "vdpbf16ps")
+    assert "tdpbf16ps" not in lib.mod.inspect_source("asm")
+
+
+def test_amx_targets():
+    assert amx_bf16(AMX_TARGET) == "amx-bf16"
+    for mcpu in ("cooperlake", "znver4", "icelake-server"):
+        assert amx_bf16(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})) is None
+    assert {"amx_tile", "amx_bf16"} <= x86.flags_needed({"mcpu": "sapphirerapids"})
+    assert not {"amx_tile", "amx_bf16"} & x86.flags_needed({"mcpu": "cooperlake"})
+
+
+def test_tile_config_words():
+    words = amx_intrinsics._tile_config(12, 16)
+    raw = b"".join(w.to_bytes(4, "little") for w in words)
+    assert raw[0] == 1
+    colsb = [int.from_bytes(raw[16 + 2 * t:18 + 2 * t], "little") for t in range(8)]
+    assert colsb == [64, 64, 64, 64, 32, 32, 64, 64]
+    assert list(raw[48:56]) == [12, 12, 12, 12, 12, 12, 8, 8]
