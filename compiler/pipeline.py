@@ -42,7 +42,7 @@ import tvm
 
 from aotc.errors import AotcError, CompileError, meaningful_line
 from aotc.options import CompileOptions
-from aotc.targets import TargetSpec, broadcast_register
+from aotc.targets import TargetSpec, amx_bf16, broadcast_register
 
 from . import passes
 from . import quantize as int8
@@ -64,8 +64,8 @@ def fuse(_options: CompileOptions) -> list[Step]:
     return passes.fusion.steps()
 
 
-def quantize(options: CompileOptions) -> list[Step]:
-    return int8.steps(options)
+def quantize(spec: TargetSpec):
+    return lambda options: int8.steps(options, bool(amx_bf16(spec.tvm_target)))
 
 
 def pack(spec: TargetSpec):
@@ -89,7 +89,7 @@ def schedule(spec: TargetSpec):
 
 def phase_steps(spec: TargetSpec, options: CompileOptions) -> list[tuple[str, list[Step]]]:
     return [("simplify", simplify(options)), ("layout", layout(options)),
-            ("fuse", fuse(options)), ("quantize", quantize(options)),
+            ("fuse", fuse(options)), ("quantize", quantize(spec)(options)),
             ("pack", pack(spec)(options)), ("lower", lower(options)),
             ("schedule", schedule(spec)(options))]
 

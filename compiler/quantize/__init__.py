@@ -27,20 +27,22 @@ from .residual_from_bf16 import ResidualFromBF16
 from .residual_from_quantized import ResidualFromQuantized
 
 
-def steps(options: CompileOptions) -> list[Step]:
+def steps(options: CompileOptions, amx: bool = False) -> list[Step]:
     """Both passes always listed (so that --disable-pass knows them); without calibrated
     ranges annotate does nothing, and realize then only finds the quantize/dequantize pairs an
     imported model carries. ``--disable-pass RealizeInt8`` leaves the annotated model, which
     computes the int8 result in float32: the way to tell a kernel bug from quantization
     error. ConvertBF16 (``--precision bf16``) and ConvertFP16 (``--precision fp16``) take the
-    float32 contractions int8 left."""
+    float32 contractions int8 left; ``amx``: the target has AMX-BF16 (ConvertBF16 pads
+    matmul rows for its tiles)."""
     return [Step(AnnotateInt8(options.int8_ranges or {}), 0),
             Step(ResidualFromQuantized(), 1),
             Step(RealizeInt8(), 0),
             Step(DepthwiseByteInput(bool(options.int8_ranges)), 1),
             Step(DepthwiseHalfInput(bool(options.int8_ranges)), 1),
             Step(FoldIntoQuantize(), 1),
-            Step(ConvertBF16(options.precision == "bf16", winograd=winograd_runs(options)), 0),
+            Step(ConvertBF16(options.precision == "bf16", winograd=winograd_runs(options),
+                             amx=amx), 0),
             Step(ResidualFromBF16(), 1),
             Step(AttentionBF16(options.precision == "bf16"), 1),
             Step(ConvertFP16(options.precision == "fp16"), 0)]

@@ -37,6 +37,7 @@ from tvm import relax
 
 from .. import dot_kernels
 from ..contraction_sites import Site
+from ..default_schedules.cpu_blocks import _largest_divisor
 from ..frontends.relax_shapes import static_shape
 from ..passes.layout.prepack_weights import (
     convert_sites,
@@ -78,8 +79,30 @@ def _winograd_tiles(site: Site) -> int | None:
     return m if m == WINOGRAD_FP32_TILE or channels % dot_kernels.BF16.group == 0 else None
 
 
-def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
+# AMX (cpu_dot._amx_tile): a tile of sums has 8 to 16 rows, and the kernel runs 2 x 16-row
+# tiles where the rows allow; fewer rows than this stay on the vector kernel unpadded (a
+# classifier's single row would pad 32-fold).
+AMX_MIN_ROWS, AMX_TILE_ROWS = 8, 16
+
+
+def amx_padded_rows(site: Site) -> int | None:
+    """On AMX, the rows a static matmul is padded to (one block of them): a multiple of two
+    tiles' rows (ViT's 197 tokens: 224), of one for 32 rows or fewer, where no tile of 8 to 16
+    rows divides the rows (49 has only 7); None where one does, where the rows are fewer than
+    AMX_MIN_ROWS or symbolic (blocks of dot_kernels.SYMBOLIC_ROWS), or for a conv."""
+    rows = tile_rows(site)
+    if site_kind(site) != "matmul" or rows is None or rows < AMX_MIN_ROWS or \
+            _largest_divisor(rows, AMX_TILE_ROWS) >= AMX_MIN_ROWS:
+        return None
+    step = 2 * AMX_TILE_ROWS if rows > 2 * AMX_TILE_ROWS else AMX_TILE_ROWS
+    return -(-rows // step) * step
+
+
+def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr, amx: bool) -> relax.Expr:
     xb = bb.emit_te(dot_kernels.to_bf16_bits, x, primfunc_name_hint="to_bf16")
+    padded = amx_padded_rows(site) if amx else None
+    if padded is not None:
+        return row_blocks_packed(bb, site, xb, dot_kernels.BF16, "matmul_bf16", padded)
     if tile_rows(site) is None or pads_rows(site, dot_kernels.BF16.lanes):
         return row_blocks_packed(bb, site, xb, dot_kernels.BF16, "matmul_bf16")
     return bb.emit_te(*site_packed_call(site, xb, dot_kernels.BF16),
@@ -91,11 +114,13 @@ class ConvertBF16:
     """``enabled`` False (precision fp32) leaves the module as it is; ``bytes_per_row``:
     sites with less float32 weight per output row stay float32 (0, the default: every site
     goes bf16); ``winograd`` (WinogradConv will run): 3x3 convs with a Winograd form take it,
-    F(4x4) left to WinogradConv, F(2x2) as bf16 Winograd kernels."""
+    F(4x4) left to WinogradConv, F(2x2) as bf16 Winograd kernels; ``amx`` (the target has
+    AMX-BF16): matmul rows no AMX tile divides are padded for one (amx_padded_rows)."""
 
     def __init__(self, enabled: bool, bytes_per_row: float = BYTES_PER_ROW,
-                 winograd: bool = False):
+                 winograd: bool = False, amx: bool = False):
         self.enabled, self.bytes_per_row, self.winograd = enabled, bytes_per_row, winograd
+        self.amx = amx
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if not self.enabled:
@@ -108,5 +133,5 @@ class ConvertBF16:
         def emit(bb: relax.BlockBuilder, site: Site, x: relax.Expr) -> relax.Expr:
             if self.winograd and _winograd_tiles(site) == WINOGRAD_BF16_TILE:
                 return emit_winograd(bb, site, x, dot_kernels.BF16.lanes, dot_kernels.BF16)
-            return _emit_bf16(bb, site, x)
+            return _emit_bf16(bb, site, x, self.amx)
         return unfusable_inputs(convert_sites(mod, keep, emit, symbolic_rows=True))

@@ -288,19 +288,21 @@ def flat_rows_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
                       primfunc_name_hint="matmul_packed")
 
 
-def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt,
-                      name: str = "matmul_packed") -> relax.Expr:
+def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt, name: str = "matmul_packed",
+                      block: int = dot_kernels.SYMBOLIC_ROWS) -> relax.Expr:
     """The packed matmul of a site whose rows are symbolic or have no tile-sized divisor:
-    rows padded to whole blocks of dot_kernels.SYMBOLIC_ROWS (an axis of blocks and a static
-    one of rows: the tile's rows), the packed kernel, the blocks joined back and the padded
-    rows sliced off."""
+    rows padded to whole blocks of ``block`` rows (an axis of blocks and a static one of
+    rows: the tile's rows), the packed kernel, the blocks joined back and the padded rows
+    sliced off. Static rows only may take a ``block`` other than dot_kernels.SYMBOLIC_ROWS
+    (bf16.py: a single block of all the rows, padded for AMX tiles)."""
     shape = list(site.call.args[0].ty.shape.values)
     axis = len(shape) - 2
-    blocks = bb.emit_te(symbolic_padding.pad_axis_to_blocks, x, axis, dot_kernels.SYMBOLIC_ROWS,
+    blocks = bb.emit_te(symbolic_padding.pad_axis_to_blocks, x, axis, block,
                         primfunc_name_hint="pad_rows")
     rows = tile_rows(site)
     if rows is not None:  # static: cropped in the kernel, where the epilogue fuses
         return bb.emit_te(*site_packed_call(site, blocks, fmt), rows, primfunc_name_hint=name)
+    assert block == dot_kernels.SYMBOLIC_ROWS, "symbolic rows take blocks of SYMBOLIC_ROWS"
     y = bb.emit_te(*site_packed_call(site, blocks, fmt), primfunc_name_hint=name)
     out_shape = list(site.var.ty.shape.values)
     padded = symbolic_padding.round_up(shape[axis], dot_kernels.SYMBOLIC_ROWS)
