@@ -142,3 +142,129 @@ def register(rows: int, a_tiles: int, b_tiles: int, k: int, kt: int) -> str:
     name = intrinsic_name(rows, a_tiles, b_tiles, k, kt)
     TensorIntrin.register(name, desc, impl, override=True)
     return name
+
+
+def _without_init(func):
+    """``func`` (te.create_prim_func of one reduction: loops and blocks) with its reduction
+    block's init removed: a tensor intrinsic describes the update (the kernel's init is
+    decomposed into a block of its own before tensorizing); its root block reads every
+    parameter and writes the last, as an intrinsic's description must say."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    buffers = list(func.params)  # buffers, as TVM 0.27 gives a PrimFunc's parameters
+    whole = [tirx.BufferRegion(b, [tvm.ir.Range.from_min_extent(0, d) for d in b.shape])
+             for b in buffers]
+
+    def rebuilt(stmt):
+        if isinstance(stmt, tirx.For):
+            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, rebuilt(stmt.body))
+        if isinstance(stmt, s_tir.SBlockRealize):
+            return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, rebuilt(stmt.block))
+        if isinstance(stmt, s_tir.SBlock) and stmt.name_hint == "root":
+            return s_tir.SBlock(stmt.iter_vars, [whole[-1], *whole[:-1]], [whole[-1]], "root",
+                                rebuilt(stmt.body), None, stmt.alloc_buffers,
+                                stmt.match_buffers, stmt.annotations)
+        if isinstance(stmt, s_tir.SBlock):  # the update reads its sums, as a decomposed one
+            return s_tir.SBlock(stmt.iter_vars, [*stmt.writes, *stmt.reads], stmt.writes,
+                                stmt.name_hint,
+                                rebuilt(stmt.body), None, stmt.alloc_buffers,
+                                stmt.match_buffers, stmt.annotations)
+        return stmt
+    return func.with_body(rebuilt(func.body))
+
+
+@functools.cache
+def register_conv(rows: int, a_tiles: int, b_tiles: int, kh: int, kw: int, stride: int,
+                  dh: int, dw: int, channels: int, kt: int) -> str:
+    """Register (once) and name the intrinsic of a conv tile (compiler/dot_kernels.conv2d_nhwc,
+    BF16): ``a_tiles`` x ``rows`` neighbouring output pixels of one output row, ``b_tiles``
+    blocks of 16 output channels, summed over the kh x kw taps and ``channels`` input
+    channels, ``kt`` per step. An A tile is ``rows`` input pixels ``stride`` apart (one
+    ``tileloadd`` with that row stride), a B tile the packed weight of one tap. Taps of a
+    1-wide kernel axis have no loop (as the kernel, whose unit axes are dropped)."""
+    from tvm import te
+
+    from ..dot_kernels import BF16
+
+    assert rows <= TILE_ROWS and kt <= TILE_K and kt % 2 == 0 and channels % kt == 0
+    assert a_tiles * b_tiles <= 4
+    m, n = rows * a_tiles, b_tiles * LANES
+    span_h, span_w = (kh - 1) * dh + 1, (m - 1) * stride + (kw - 1) * dw + 1
+    a = te.placeholder((span_h, span_w, channels), "uint16", "A")
+    b = te.placeholder((b_tiles, kh, kw, channels // 2, LANES, 2), "uint16", "B")
+    rh = te.reduce_axis((0, kh), "rh") if kh > 1 else None
+    rw = te.reduce_axis((0, kw), "rw") if kw > 1 else None
+    rc = te.reduce_axis((0, channels), "rc")
+    axes = [axis for axis in (rh, rw, rc) if axis is not None]
+
+    def update(j, o):
+        th = rh if rh is not None else 0
+        tw = rw if rw is not None else 0
+        return te.sum(BF16.product(a[th * dh, j * stride + tw * dw, rc],
+                                   b[o // LANES, th, tw, rc // 2, o % LANES, rc % 2]), axis=axes)
+    c = te.compute((m, n), update, name="update")
+    desc = _without_init(te.create_prim_func([a, b, c]))
+    words = _tile_config(rows, kt)
+    steps = channels // kt
+
+    @top_level.prim_func(s_tir=True)
+    def impl(pa: T.handle, pb: T.handle, pc: T.handle) -> None:
+        sa0 = T.int32()
+        sa1 = T.int32()
+        sb0 = T.int32()
+        sb1 = T.int32()
+        sb2 = T.int32()
+        sb3 = T.int32()
+        sb4 = T.int32()
+        sc = T.int32()
+        A = T.match_buffer(pa, (span_h, span_w, channels), "uint16", strides=[sa0, sa1, 1],
+                           offset_factor=1)
+        B = T.match_buffer(pb, (b_tiles, kh, kw, channels // 2, LANES, 2), "uint16",
+                           strides=[sb0, sb1, sb2, sb3, sb4, 1], offset_factor=1)
+        C = T.match_buffer(pc, (m, n), "float32", strides=[sc, 1], offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:m, 0:n], A[0:span_h, 0:span_w, 0:channels],
+                    B[0:b_tiles, 0:kh, 0:kw, 0:channels // 2, 0:LANES, 0:2])
+            T.writes(C[0:m, 0:n])
+            cfg = T.alloc_buffer((16,), "uint32", scope="local")
+            for word in T.unroll(16):
+                cfg[word] = T.uint32(0)
+            cfg[0] = T.uint32(words[0])
+            cfg[4] = T.uint32(words[4])
+            cfg[5] = T.uint32(words[5])
+            cfg[6] = T.uint32(words[6])
+            cfg[7] = T.uint32(words[7])
+            cfg[12] = T.uint32(words[12])
+            cfg[13] = T.uint32(words[13])
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
+            for ti in T.unroll(a_tiles):
+                for tj in T.unroll(b_tiles):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
+                        T.address_of(C[ti * rows, tj * LANES]), T.Cast("int64", sc * 4)))
+            for th, tw, step in T.grid(kh, kw, steps):
+                for ti in T.unroll(a_tiles):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(4 + ti),
+                        T.address_of(A[th * dh, ti * rows * stride + tw * dw, step * kt]),
+                        T.Cast("int64", sa1 * stride * 2)))
+                for tj in T.unroll(b_tiles):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
+                        T.address_of(B[tj, th, tw, step * (kt // 2), 0, 0]), T.int64(64)))
+                for ti in T.unroll(a_tiles):
+                    for tj in T.unroll(b_tiles):
+                        T.evaluate(T.call_llvm_intrin(
+                            "void", "llvm.x86.tdpbf16ps", T.uint8(ti * b_tiles + tj),
+                            T.uint8(4 + ti), T.uint8(6 + tj)))
+            for ti in T.unroll(a_tiles):
+                for tj in T.unroll(b_tiles):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
+                        T.address_of(C[ti * rows, tj * LANES]), T.Cast("int64", sc * 4)))
+
+    name = (f"aotc_amx_bf16_conv_{a_tiles}x{rows}_{b_tiles}x16_{kh}x{kw}_s{stride}"
+            f"_d{dh}x{dw}_c{channels}_{kt}")
+    TensorIntrin.register(name, desc, impl, override=True)
+    return name

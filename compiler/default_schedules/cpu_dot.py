@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tvm import ir as tvm_ir
 from tvm import s_tir, tirx
+from tvm import sym as tvm_arith
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
@@ -281,9 +283,9 @@ class PackedDot(CpuRule):
                                          vector_lanes(target, operand_bits))
         kernel = _DotKernel(fmt, intrinsic, lanes, simd(target)[1], broadcast_register(target),
                             tunable, pixels, accumulators, guarded)
-        if fmt.name == "bf16" and amx_bf16(target) and _packed_matmul(sch, main.block_rv, fmt) \
-                and _amx_tile(sch, main) is not None:
-            _schedule_amx(sch, main, infos[index + 1:], kernel)
+        amx = _amx_tile(sch, main, fmt) if fmt.name == "bf16" and amx_bf16(target) else None
+        if amx is not None:
+            _schedule_amx(sch, main, infos[index + 1:], kernel, amx)
         else:
             self._schedule_main(sch, main, infos[index + 1:], kernel)
         return sch
@@ -396,56 +398,138 @@ class PackedDot(CpuRule):
 
 
 # An AMX tile of sums has at most 16 rows; fewer than this many leave most of each tile
-# multiply idle, and the matmul keeps its vector kernel.
-_AMX_MIN_ROWS = 8
+# multiply idle, and the kernel keeps its vector form (ConvertBF16 pads matmul rows for AMX).
+# 7 keeps the 7x7 stage of 224-pixel CNNs on AMX: its tiles of 7 pixels ran at 4-5 times the
+# vector kernel's rate (docs/design/measurements.md).
+AMX_MIN_ROWS = 7
 # the shortest reduction step (bf16 values a tile reads per row, up to 32) worth a tile load
 _AMX_MIN_STEP = 8
 
 
-def _amx_tile(sch, main) -> tuple[int, int, int, int, int] | None:
-    """(rows of a tile, A tiles, B tiles, K, K per step) of the AMX tile of a packed bf16
-    matmul (amx_intrinsics.register), or None where its static shape has none: rows a tile
-    of _AMX_MIN_ROWS to 16 divides, a reduction a step of _AMX_MIN_STEP to 32 divides."""
+@dataclass(frozen=True)
+class _AmxTile:
+    """An AMX tile of a packed bf16 kernel: ``a_tiles`` x ``rows`` output rows (a matmul's
+    rows, a conv's neighbouring pixels of one output row), ``b_tiles`` blocks of 16 columns,
+    ``step`` bf16 values of the reduction per tile load; a conv's taps, stride and dilation
+    (None for a matmul)."""
+    rows: int
+    a_tiles: int
+    b_tiles: int
+    step: int
+    reduction: int            # a matmul's K, a conv's input channels
+    conv: tuple | None = None  # (kh, kw, stride, dilation h, dilation w)
+
+    def intrinsic(self) -> str:
+        if self.conv is None:
+            return amx_intrinsics.register(self.rows, self.a_tiles, self.b_tiles,
+                                           self.reduction, self.step)
+        return amx_intrinsics.register_conv(self.rows, self.a_tiles, self.b_tiles, *self.conv,
+                                            self.reduction, self.step)
+
+
+def _coefficient(expr, var) -> int | None:
+    """The constant coefficient of ``var`` in the affine ``expr`` (0 where it is absent)."""
+    found = tvm_arith.detect_linear_equation(expr, [var])
+    if len(found) != 2 or not isinstance(found[0], tirx.IntImm):
+        return None
+    return int(found[0])
+
+
+def _buffer_loads(expr) -> list:
+    """The buffer loads (``TensorLoad``) of a TIR expression: arithmetic, casts, calls,
+    selects."""
+    if isinstance(expr, tvm_ir.expr.TensorLoad):
+        return [expr]
+    children = list(expr.args) if isinstance(expr, tvm_ir.expr.Call) else [
+        getattr(expr, name) for name in ("a", "b", "value", "condition", "true_value",
+                                         "false_value") if hasattr(expr, name)]
+    return [load for child in children if isinstance(child, tvm_ir.expr.Expr)
+            for load in _buffer_loads(child)]
+
+
+def _conv_geometry(sch, block, weight) -> tuple | None:
+    """(kh, kw, stride, dilation h, dilation w) of a packed bf16 conv2d (NHWC, one group)
+    read from its activation access, or None where the access is not of that form (a grouped
+    conv's channel index, a strided height only)."""
+    kh, kw = int(weight.shape[1]), int(weight.shape[2])
+    stmt = sch.get(block)
+    spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type != tirx.IterVar.CommReduce]
+    reduce = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    if len(reduce) != (kh > 1) + (kw > 1) + 1 or len(spatial) < 2:
+        return None
+    rh = reduce[0] if kh > 1 else None
+    rw = reduce[int(kh > 1)] if kw > 1 else None
+    loads = [load for load in _buffer_loads(stmt.body.value) if not load.source.same_as(weight)
+             and load.source.dtype == weight.dtype]
+    if len(loads) != 1 or len(loads[0].indices) < 3:
+        return None
+    *_, height, width, channel = loads[0].indices
+    if not (isinstance(channel, tirx.Var) and channel.same_as(reduce[-1])):
+        return None
+    stride = _coefficient(width, spatial[-2])
+    dw = _coefficient(width, rw) if rw is not None else 1
+    dh = _coefficient(height, rh) if rh is not None else 1
+    if not stride or not dw or not dh:
+        return None
+    return kh, kw, stride, dh, dw
+
+
+def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
+    """The AMX tile of a packed bf16 matmul or conv (amx_intrinsics), or None where its static
+    shape has none: rows a tile of AMX_MIN_ROWS to 16 divides (a conv's: its output width),
+    a reduction a step of _AMX_MIN_STEP to 32 values divides."""
+    weight = _packed_weight(sch, main.block_rv, fmt)
+    if weight is None or len(weight.shape) not in (4, 6):
+        return None
     loops = sch.get_loops(main.block_rv)
     kinds = main.dom_kind()
     spatial = [_extent(sch, loop) for loop, k in zip(loops, kinds) if k == "S"]
     reduce = [_extent(sch, loop) for loop, k in zip(loops, kinds) if k == "R"]
-    if len(reduce) != 1 or None in spatial or reduce[0] is None:
+    if None in spatial or None in reduce:
+        return None
+    conv = None
+    if len(weight.shape) == 6:
+        conv = _conv_geometry(sch, main.block_rv, weight)
+        if conv is None:
+            return None
+    elif len(reduce) != 1:
         return None
     rows = spatial[-2] if len(spatial) >= 2 else 1
-    channels, k = spatial[-1], reduce[0]
+    channels, k = spatial[-1], reduce[-1]
     tile_rows = _largest_divisor(rows, amx_intrinsics.TILE_ROWS)
     step = max((d for d in range(2, amx_intrinsics.TILE_K + 1, 2) if k % d == 0), default=0)
-    if tile_rows < _AMX_MIN_ROWS or step < _AMX_MIN_STEP or channels % amx_intrinsics.LANES:
+    if tile_rows < AMX_MIN_ROWS or step < _AMX_MIN_STEP or channels % amx_intrinsics.LANES:
         return None
     a_tiles = 2 if rows % (2 * tile_rows) == 0 else 1
     b_tiles = 2 if channels % (2 * amx_intrinsics.LANES) == 0 else 1
-    return tile_rows, a_tiles, b_tiles, k, step
+    return _AmxTile(tile_rows, a_tiles, b_tiles, step, k, conv)
 
 
-def _schedule_amx(sch, main, epilogues, kernel: _DotKernel) -> None:
-    """A packed bf16 matmul on AMX tiles: parallel tiles of up to 2 x 16 rows and 2 x 16
-    columns, each one tensor intrinsic (amx_intrinsics) over the whole reduction, its sums
-    stored to the tile buffer and the epilogue applied from there, as in _schedule_main."""
-    tile_rows, a_tiles, b_tiles, k, step = _amx_tile(sch, main)
-    name = amx_intrinsics.register(tile_rows, a_tiles, b_tiles, k, step)
+def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> None:
+    """A packed bf16 matmul or conv on AMX tiles: parallel tiles of up to 2 x 16 rows and
+    2 x 16 columns, each one tensor intrinsic (amx_intrinsics) over the whole reduction, its
+    sums stored to the tile buffer and the epilogue applied from there, as in
+    _schedule_main."""
+    name = tile.intrinsic()
     x86.request_amx()  # kernels may run in this process (constant folding, tests)
     block = main.block_rv
     loops = sch.get_loops(block)
     kinds = main.dom_kind()
     spatial = [loop for loop, kd in zip(loops, kinds) if kd == "S"]
-    (reduce,) = [loop for loop, kd in zip(loops, kinds) if kd == "R"]
+    reduce = [loop for loop, kd in zip(loops, kinds) if kd == "R"]
     if len(spatial) < 2:
         spatial.insert(0, sch.add_unit_loop(spatial[0]))
-    block_out, columns = sch.split(spatial[-1], factors=[None, b_tiles * amx_intrinsics.LANES])
-    row_out, row_in = sch.split(spatial[-2], factors=[None, a_tiles * tile_rows])
-    pairs, group = sch.split(reduce, factors=[None, 2])
+    block_out, columns = sch.split(spatial[-1],
+                                   factors=[None, tile.b_tiles * amx_intrinsics.LANES])
+    row_out, row_in = sch.split(spatial[-2], factors=[None, tile.a_tiles * tile.rows])
+    if tile.conv is None:  # the matmul intrinsic's reduction runs over (pairs, 2)
+        reduce = list(sch.split(reduce[-1], factors=[None, 2]))
     outer = spatial[:-2]
     pixels = kernel.pixels if kernel.pixels is not None else pixels_first(sch, block, kernel.fmt)
     order = [*outer, row_out, block_out] if pixels else [block_out, *outer, row_out]
-    sch.reorder(*order, row_in, columns, pairs, group)
-    tile = sch.fuse(*order)
-    sch.parallel(tile)
+    sch.reorder(*order, row_in, columns, *reduce)
+    fused = sch.fuse(*order)
+    sch.parallel(fused)
     write_back = sch.cache_write(block, 0, "global")
     crop = epilogues[0].block_rv if epilogues and _name(epilogues[0]).startswith(
         CROP_BLOCK) else None
@@ -454,7 +538,7 @@ def _schedule_amx(sch, main, epilogues, kernel: _DotKernel) -> None:
     else:
         Contraction._inline_epilogues(sch, crop, epilogues[1:], kernel.lanes)
         schedule_injective_block(sch, crop, kernel.lanes)
-    sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
+    sch.reverse_compute_at(write_back, fused, preserve_unit_loops=True)
     _vectorize_write_back(sch, write_back, kernel.lanes)
     init = sch.decompose_reduction(block, row_in)
     sch.vectorize(sch.get_loops(init)[-1])

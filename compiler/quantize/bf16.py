@@ -38,6 +38,7 @@ from tvm import relax
 from .. import dot_kernels
 from ..contraction_sites import Site
 from ..default_schedules.cpu_blocks import _largest_divisor
+from ..default_schedules.cpu_dot import AMX_MIN_ROWS
 from ..frontends.relax_shapes import static_shape
 from ..passes.layout.prepack_weights import (
     convert_sites,
@@ -79,17 +80,17 @@ def _winograd_tiles(site: Site) -> int | None:
     return m if m == WINOGRAD_FP32_TILE or channels % dot_kernels.BF16.group == 0 else None
 
 
-# AMX (cpu_dot._amx_tile): a tile of sums has 8 to 16 rows, and the kernel runs 2 x 16-row
-# tiles where the rows allow; fewer rows than this stay on the vector kernel unpadded (a
-# classifier's single row would pad 32-fold).
-AMX_MIN_ROWS, AMX_TILE_ROWS = 8, 16
+# AMX (cpu_dot._amx_tile): the kernel runs 2 x 16-row tiles where the rows allow; fewer rows
+# than AMX_MIN_ROWS stay on the vector kernel unpadded (a classifier's single row would pad
+# 32-fold).
+AMX_TILE_ROWS = 16
 
 
 def amx_padded_rows(site: Site) -> int | None:
     """On AMX, the rows a static matmul is padded to (one block of them): a multiple of two
-    tiles' rows (ViT's 197 tokens: 224), of one for 32 rows or fewer, where no tile of 8 to 16
-    rows divides the rows (49 has only 7); None where one does, where the rows are fewer than
-    AMX_MIN_ROWS or symbolic (blocks of dot_kernels.SYMBOLIC_ROWS), or for a conv."""
+    tiles' rows (ViT's 197 tokens: 224), of one for 32 rows or fewer, where no tile of
+    AMX_MIN_ROWS to 16 rows divides the rows; None where one does, where the rows are fewer
+    than AMX_MIN_ROWS or symbolic (blocks of dot_kernels.SYMBOLIC_ROWS), or for a conv."""
     rows = tile_rows(site)
     if site_kind(site) != "matmul" or rows is None or rows < AMX_MIN_ROWS or \
             _largest_divisor(rows, AMX_TILE_ROWS) >= AMX_MIN_ROWS:
@@ -119,8 +120,9 @@ class ConvertBF16:
 
     def __init__(self, enabled: bool, bytes_per_row: float = BYTES_PER_ROW,
                  winograd: bool = False, amx: bool = False):
-        self.enabled, self.bytes_per_row, self.winograd = enabled, bytes_per_row, winograd
-        self.amx = amx
+        # On AMX a direct conv's tiles outrun a Winograd form's vector products
+        self.enabled, self.bytes_per_row = enabled, bytes_per_row
+        self.winograd, self.amx = winograd and not amx, amx
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if not self.enabled:

@@ -55,7 +55,52 @@ def test_amx_matmul_matches_numpy(lead, m, kdim, n):
     check_guard(whole, want.shape)
 
 
-@pytest.mark.parametrize("m,kdim", [(7, 64), (16, 6), (5, 31)])
+def _conv_reference(x, w, stride, pad, dilation):
+    xp = np.pad(x.astype(np.float64), ((0, 0), (pad[0], pad[0]), (pad[1], pad[1]), (0, 0)))
+    kh, kw, _, oc = w.shape
+    oh = (xp.shape[1] - (kh - 1) * dilation - 1) // stride + 1
+    ow = (xp.shape[2] - (kw - 1) * dilation - 1) // stride + 1
+    out = np.zeros((x.shape[0], oh, ow, oc))
+    for i in range(kh):
+        for j in range(kw):
+            out += xp[:, i * dilation:i * dilation + oh * stride:stride,
+                      j * dilation:j * dilation + ow * stride:stride, :] @ w[i, j]
+    return out
+
+
+# (input NHWC, kernel, output channels, stride, padding, dilation): 3x3 (2x2 and 1x2 tiles
+# of 16 and 14 pixels), strided, dilated, 1x1 (no tap loops), a 1 x k Conv1d, padded
+# output channels
+@pytest.mark.parametrize("shape,kernel,oc,stride,pad,dilation", [
+    ((1, 6, 32, 32), (3, 3), 64, 1, (1, 1), 1),
+    ((1, 5, 29, 48), (3, 3), 32, 2, (1, 1), 1),
+    ((1, 4, 18, 16), (3, 3), 16, 1, (1, 1), 2),
+    ((2, 3, 28, 64), (1, 1), 64, 1, (0, 0), 1),
+    ((1, 1, 43, 32), (1, 5), 48, 2, (0, 2), 1),
+    ((1, 4, 16, 32), (3, 3), 40, 1, (1, 1), 1),
+])
+def test_amx_conv_matches_numpy(shape, kernel, oc, stride, pad, dilation):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = RNG.standard_normal((*kernel, shape[-1], oc)).astype(np.float32)
+    xt = te.placeholder(x.shape, "float32", "x")
+    packed = k.pack_conv_weight(w, k.BF16)
+    wt = te.placeholder(packed.shape, "uint16", "w")
+    acc = k.conv2d_nhwc(k.to_bf16_bits(xt), wt, oc, (stride, stride),
+                        (pad[0], pad[1], pad[0], pad[1]), (dilation, dilation), 0)
+    out = te.compute(acc.shape, lambda *i: tvm.te.max(acc(*i), 0.0), name="relu")
+    lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, out]), AMX_TARGET,
+                          "tdpbf16ps")
+    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
+        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
+    assert x86.request_amx()
+    want = np.maximum(_conv_reference(_rounded(x), _rounded(w), stride, pad, dilation), 0)
+    got, whole = guarded_output(want.shape)
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
+    check_guard(whole, want.shape)
+
+
+@pytest.mark.parametrize("m,kdim", [(6, 64), (16, 6), (5, 31)])
 def test_shapes_without_a_tile_keep_the_vector_kernel(m, kdim):
     func, _w, _packed = _matmul_func((), m, kdim, 32)
     lib = build_scheduled(PackedDot(), func, AMX_TARGET, "vdpbf16ps")

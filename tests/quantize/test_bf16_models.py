@@ -101,17 +101,21 @@ def _winograd_model(path):
 
 @needs_bf16
 def test_bf16_3x3_convs_take_their_winograd_forms(tmp_path):
-    """--precision bf16: the F(4x4) conv runs as float32 Winograd kernels, the F(2x2) one as
-    bf16 Winograd kernels, the strided one as a direct bf16 kernel; with WinogradConv disabled
-    all three are direct. Both against onnxruntime."""
+    """--precision bf16 for an AVX512-BF16 target without AMX (x86-bf16): the F(4x4) conv runs
+    as float32 Winograd kernels, the F(2x2) one as bf16 Winograd kernels, the strided one as
+    a direct bf16 kernel; with WinogradConv disabled all three are direct. On AMX (the host
+    where it has AMX) all three are direct AMX convs. All against onnxruntime."""
     model = _winograd_model(tmp_path / "net.onnx")
     x = np.maximum(RNG.standard_normal((1, 16, 28, 28)), 0).astype(np.float32)
     want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
-    for disabled, expected in (((), {"winograd_matmul_bf16": 1, "winograd_matmul ": 1,
-                                     "conv2d_bf16": 1}),
-                               (("WinogradConv",), {"winograd": 0, "conv2d_bf16": 3})):
-        out = tmp_path / f"net_{len(disabled)}.so"
-        aotc.compile(model, output=out, precision="bf16",
+    cases = [("x86-bf16", (), {"winograd_matmul_bf16": 1, "winograd_matmul ": 1,
+                               "conv2d_bf16": 1}),
+             ("x86-bf16", ("WinogradConv",), {"winograd": 0, "conv2d_bf16": 3})]
+    if {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
+        cases.append(("x86", (), {"winograd": 0, "conv2d_bf16": 3}))
+    for index, (target, disabled, expected) in enumerate(cases):
+        out = tmp_path / f"net_{index}.so"
+        aotc.compile(model, output=out, target=target, precision="bf16",
                      options=aotc.CompileOptions(disabled_passes=disabled))
         loaded = aotc.load(out)
         kernels = " ".join(k["name"] for k in loaded.metadata["kernels"]) + " "
