@@ -245,6 +245,9 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_new_architectures": (
         "Architectures the tables above lack: Swin-T, wav2vec2-base, a Llama-style decoder, "
         "T5-small's encoder", peers_table),
+    "peers_spr_before_amx": (
+        "Sapphire Rapids host (AMX) before aotc's AMX kernels: bf16 on vdpbf16ps", peers_table),
+    "peers_amx": ("Sapphire Rapids host: bf16 matmuls and convs on AMX tiles", peers_table),
     "generate": ("Generation with a KV cache", generate_table),
     "generate_avx2": ("AVX2 host: generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
