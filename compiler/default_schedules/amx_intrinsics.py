@@ -176,19 +176,25 @@ def _without_init(func):
 
 @functools.cache
 def register_conv(rows: int, a_tiles: int, b_tiles: int, kh: int, kw: int, stride: int,
-                  dh: int, dw: int, channels: int, kt: int) -> str:
+                  dh: int, dw: int, channels: int, kt: int, merged: bool = False) -> str:
     """Register (once) and name the intrinsic of a conv tile (compiler/dot_kernels.conv2d_nhwc,
     BF16): ``a_tiles`` x ``rows`` neighbouring output pixels of one output row, ``b_tiles``
     blocks of 16 output channels, summed over the kh x kw taps and ``channels`` input
     channels, ``kt`` per step. An A tile is ``rows`` input pixels ``stride`` apart (one
     ``tileloadd`` with that row stride), a B tile the packed weight of one tap. Taps of a
-    1-wide kernel axis have no loop (as the kernel, whose unit axes are dropped)."""
+    1-wide kernel axis have no loop (as the kernel, whose unit axes are dropped).
+
+    ``merged`` (a few input channels: an image's 3, padded to 4): a row's kw taps and their
+    channels, kw x ``channels`` values one after the other in an NHWC input of exactly
+    ``channels`` channels, are summed as one reduction of ``kt`` values a step, and the kw
+    taps' packed weights, also one after the other, as one B operand. The A buffer's pixel
+    stride is fixed at ``channels``: a kernel whose input has another does not match."""
     from tvm import te
 
     from ..dot_kernels import BF16
 
-    assert rows <= TILE_ROWS and kt <= TILE_K and kt % 2 == 0 and channels % kt == 0
-    assert a_tiles * b_tiles <= 4
+    assert rows <= TILE_ROWS and kt <= TILE_K and kt % 2 == 0
+    assert ((kw * channels) if merged else channels) % kt == 0 and a_tiles * b_tiles <= 4
     m, n = rows * a_tiles, b_tiles * LANES
     span_h, span_w = (kh - 1) * dh + 1, (m - 1) * stride + (kw - 1) * dw + 1
     a = te.placeholder((span_h, span_w, channels), "uint16", "A")
@@ -206,6 +212,10 @@ def register_conv(rows: int, a_tiles: int, b_tiles: int, kh: int, kw: int, strid
     c = te.compute((m, n), update, name="update")
     desc = _without_init(te.create_prim_func([a, b, c]))
     words = _tile_config(rows, kt)
+    if merged:
+        assert dw == 1 and (kw * channels) % kt == 0
+        return _register_merged(desc, words, rows, a_tiles, b_tiles, kh, kw, stride, dh,
+                                channels, kt, span_h, span_w, m, n)
     steps = channels // kt
 
     @top_level.prim_func(s_tir=True)
@@ -266,5 +276,72 @@ def register_conv(rows: int, a_tiles: int, b_tiles: int, kh: int, kw: int, strid
 
     name = (f"aotc_amx_bf16_conv_{a_tiles}x{rows}_{b_tiles}x16_{kh}x{kw}_s{stride}"
             f"_d{dh}x{dw}_c{channels}_{kt}")
+    TensorIntrin.register(name, desc, impl, override=True)
+    return name
+
+
+def _register_merged(desc, words, rows, a_tiles, b_tiles, kh, kw, stride, dh, channels, kt,
+                     span_h, span_w, m, n) -> str:
+    """register_conv's ``merged`` form: per row of taps, kw x channels values a step."""
+    steps = kw * channels // kt
+
+    @top_level.prim_func(s_tir=True)
+    def impl(pa: T.handle, pb: T.handle, pc: T.handle) -> None:
+        sa0 = T.int32()
+        sb0 = T.int32()
+        sb1 = T.int32()
+        sc = T.int32()
+        A = T.match_buffer(pa, (span_h, span_w, channels), "uint16",
+                           strides=[sa0, channels, 1], offset_factor=1)
+        B = T.match_buffer(pb, (b_tiles, kh, kw, channels // 2, LANES, 2), "uint16",
+                           strides=[sb0, sb1, channels * LANES, 2 * LANES, 2, 1],
+                           offset_factor=1)
+        C = T.match_buffer(pc, (m, n), "float32", strides=[sc, 1], offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:m, 0:n], A[0:span_h, 0:span_w, 0:channels],
+                    B[0:b_tiles, 0:kh, 0:kw, 0:channels // 2, 0:LANES, 0:2])
+            T.writes(C[0:m, 0:n])
+            cfg = T.alloc_buffer((16,), "uint32", scope="local")
+            for word in T.unroll(16):
+                cfg[word] = T.uint32(0)
+            cfg[0] = T.uint32(words[0])
+            cfg[4] = T.uint32(words[4])
+            cfg[5] = T.uint32(words[5])
+            cfg[6] = T.uint32(words[6])
+            cfg[7] = T.uint32(words[7])
+            cfg[12] = T.uint32(words[12])
+            cfg[13] = T.uint32(words[13])
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
+            for ti in T.unroll(a_tiles):
+                for tj in T.unroll(b_tiles):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
+                        T.address_of(C[ti * rows, tj * LANES]), T.Cast("int64", sc * 4)))
+            for th, step in T.grid(kh, steps):
+                for ti in T.unroll(a_tiles):
+                    # step * kt values past the row's first tap (its pixel's channels run
+                    # on into the next taps' pixels: the address, not the channel, matters)
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(4 + ti),
+                        T.address_of(A[th * dh, ti * rows * stride, step * kt]),
+                        T.int64(stride * channels * 2)))
+                for tj in T.unroll(b_tiles):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
+                        T.address_of(B[tj, th, 0, step * (kt // 2), 0, 0]),
+                        T.int64(64)))
+                for ti in T.unroll(a_tiles):
+                    for tj in T.unroll(b_tiles):
+                        T.evaluate(T.call_llvm_intrin(
+                            "void", "llvm.x86.tdpbf16ps", T.uint8(ti * b_tiles + tj),
+                            T.uint8(4 + ti), T.uint8(6 + tj)))
+            for ti in T.unroll(a_tiles):
+                for tj in T.unroll(b_tiles):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
+                        T.address_of(C[ti * rows, tj * LANES]), T.Cast("int64", sc * 4)))
+
+    name = (f"aotc_amx_bf16_conv_merged_{a_tiles}x{rows}_{b_tiles}x16_{kh}x{kw}_s{stride}"
+            f"_d{dh}_c{channels}_{kt}")
     TensorIntrin.register(name, desc, impl, override=True)
     return name

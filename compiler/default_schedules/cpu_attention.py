@@ -22,12 +22,13 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from aotc.targets import bf16_dot, broadcast_register, simd
+from aotc.targets import amx_bf16, bf16_dot, broadcast_register, simd, x86
 
 from ..attention_kernels import GROUP, LANES, PACK_BLOCKS, SCORES_BLOCK
+from . import amx_intrinsics
 from .cpu_blocks import CpuRule, _extent, _largest_divisor, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
-from .cpu_dot import tile_shape
+from .cpu_dot import AMX_MIN_STEP, amx_step, tile_shape
 from .cpu_rows import (
     compute_rows_under,
     inline_single_reader_blocks,
@@ -89,6 +90,30 @@ def rows_per_task(sch, batch, rows, keys, head_dim, target: Target) -> int:
     return ROWS
 
 
+# AMX: query rows of a task (one tile of sums: up to 16; fewer when the padded rows are not
+# a multiple of 16, down to ROWS)
+AMX_TASK_ROWS = 16
+
+
+def _amx_columns(count: int) -> int:
+    """Columns of one AMX intrinsic call: two tiles of 16 where they divide ``count``."""
+    return 2 * LANES if count % (2 * LANES) == 0 else LANES
+
+
+def _amx_shapes(sch, rows, keys, cols) -> tuple[int, int, int] | None:
+    """(query rows a task, keys, head dim) of a bf16 attention kernel AMX tiles can take: all
+    static, the rows a whole number of tasks, both reductions (head dim, keys) a whole number
+    of steps of AMX_MIN_STEP or more; None otherwise."""
+    row_count, key_count, dim = (_extent(sch, loop) for loop in (rows, keys, cols))
+    if row_count is None or key_count is None or dim is None or dim % LANES or \
+            key_count % LANES:
+        return None
+    task_rows = AMX_TASK_ROWS if row_count % AMX_TASK_ROWS == 0 else ROWS
+    if row_count % task_rows or min(amx_step(dim), amx_step(key_count)) < AMX_MIN_STEP:
+        return None
+    return task_rows, key_count, dim
+
+
 class Attention(CpuRule):
     """See the module docstring."""
 
@@ -110,6 +135,9 @@ class Attention(CpuRule):
                 not divisible(sch, keys, lanes) or \
                 (_extent(sch, rows) is None and not divisible(sch, rows, ROWS)):
             return None
+        if bf16 and amx_bf16(target) and _amx_shapes(sch, rows, keys, cols) is not None:
+            return self._schedule_amx(sch, scores, out, middle, epilogues, lanes,
+                                      _amx_shapes(sch, rows, keys, cols))
         task_rows = rows_per_task(sch, batch, rows, keys, cols, target)
         row_out, row_in = sch.split(rows, factors=[None, task_rows])
         registers = simd(target)[1]
@@ -168,6 +196,58 @@ class Attention(CpuRule):
         if bf16:
             sch.tensorize(col_in, BF16_16x2)
             sch.annotate(task, "pragma_import_llvm", BF16_LLVM)
+        return sch
+
+    @staticmethod
+    def _schedule_amx(sch, scores, out, middle, epilogues, lanes: int, shapes):
+        """The bf16 kernel on AMX tiles: parallel over (batch, head, block of ``task_rows``
+        query rows); under each block the scores, then the softmax, then the weighted sum, each
+        product a row of AMX tiles (amx_intrinsics.register: the scores over the head dim,
+        the output over the keys, each tile of 16 or 32 columns one intrinsic call)."""
+        task_rows, keys_count, dim = shapes
+        x86.request_amx()  # kernels may run in this process (constant folding, tests)
+        *batch, rows, cols, keys = sch.get_loops(out.block_rv)
+        row_out, row_in = sch.split(rows, factors=[None, task_rows])
+        col_width = _amx_columns(dim)
+        col_tiles, col_in = sch.split(cols, factors=[None, col_width])
+        pairs, pair = sch.split(keys, factors=[None, GROUP])
+        sch.reorder(*batch, row_out, col_tiles, row_in, col_in, pairs, pair)
+        task = sch.fuse(*batch, row_out)
+        sch.parallel(task)
+        write_back = sch.cache_write(out.block_rv, 0, "global")
+        for block in epilogues:
+            try:
+                sch.reverse_compute_inline(block.block_rv)
+            except ScheduleError:
+                return None
+        sch.reverse_compute_at(write_back, col_tiles, preserve_unit_loops=True)
+        schedule_injective_tail(sch, write_back, lanes)
+        out_name = sch.get(out.block_rv).name_hint
+        kept = inline_single_reader_blocks(
+            sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
+                                                for c in sch.get_consumers(block)))
+        compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
+        # the scores: rows x a tile of keys, over the head dim
+        score_rows, score_cols, depth = sch.get_loops(scores.block_rv)[-3:]
+        score_width = _amx_columns(keys_count)
+        score_tiles, score_in = sch.split(score_cols, factors=[None, score_width])
+        depth_pairs, depth_pair = sch.split(depth, factors=[None, GROUP])
+        sch.reorder(score_tiles, score_rows, score_in, depth_pairs, depth_pair)
+        score_back = sch.cache_write(scores.block_rv, 0, "global")
+        sch.reverse_compute_at(score_back, score_tiles, preserve_unit_loops=True)
+        schedule_injective_tail(sch, score_back, lanes)
+        consumers = sch.get_consumers(score_back)
+        if len(consumers) == 1 and not is_reduction(sch, consumers[0]):
+            try:
+                sch.reverse_compute_inline(consumers[0])
+            except ScheduleError:
+                pass
+        sch.decompose_reduction(scores.block_rv, score_rows)
+        sch.tensorize(score_rows, amx_intrinsics.register(
+            task_rows, 1, score_width // LANES, dim, amx_step(dim)))
+        sch.decompose_reduction(out.block_rv, row_in)
+        sch.tensorize(row_in, amx_intrinsics.register(
+            task_rows, 1, col_width // LANES, keys_count, amx_step(keys_count)))
         return sch
 
     @staticmethod

@@ -403,7 +403,7 @@ class PackedDot(CpuRule):
 # vector kernel's rate (docs/design/measurements.md).
 AMX_MIN_ROWS = 7
 # the shortest reduction step (bf16 values a tile reads per row, up to 32) worth a tile load
-_AMX_MIN_STEP = 8
+AMX_MIN_STEP = 8
 
 
 @dataclass(frozen=True)
@@ -418,13 +418,14 @@ class _AmxTile:
     step: int
     reduction: int            # a matmul's K, a conv's input channels
     conv: tuple | None = None  # (kh, kw, stride, dilation h, dilation w)
+    merged: bool = False      # a conv's taps along a row summed with their channels
 
     def intrinsic(self) -> str:
         if self.conv is None:
             return amx_intrinsics.register(self.rows, self.a_tiles, self.b_tiles,
                                            self.reduction, self.step)
         return amx_intrinsics.register_conv(self.rows, self.a_tiles, self.b_tiles, *self.conv,
-                                            self.reduction, self.step)
+                                            self.reduction, self.step, self.merged)
 
 
 def _coefficient(expr, var) -> int | None:
@@ -477,7 +478,7 @@ def _conv_geometry(sch, block, weight) -> tuple | None:
 def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
     """The AMX tile of a packed bf16 matmul or conv (amx_intrinsics), or None where its static
     shape has none: rows a tile of AMX_MIN_ROWS to 16 divides (a conv's: its output width),
-    a reduction a step of _AMX_MIN_STEP to 32 values divides."""
+    a reduction a step of AMX_MIN_STEP to 32 values divides."""
     weight = _packed_weight(sch, main.block_rv, fmt)
     if weight is None or len(weight.shape) not in (4, 6):
         return None
@@ -497,12 +498,33 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
     rows = spatial[-2] if len(spatial) >= 2 else 1
     channels, k = spatial[-1], reduce[-1]
     tile_rows = _largest_divisor(rows, amx_intrinsics.TILE_ROWS)
-    step = max((d for d in range(2, amx_intrinsics.TILE_K + 1, 2) if k % d == 0), default=0)
-    if tile_rows < AMX_MIN_ROWS or step < _AMX_MIN_STEP or channels % amx_intrinsics.LANES:
+    step = amx_step(k)
+    merged = False
+    if conv is not None and step < AMX_MIN_STEP and conv[4] == 1 and \
+            _activation_channels(sch, main.block_rv, weight) == k:
+        # a few channels (an image's): a row's taps and channels as one reduction
+        step, merged = amx_step(conv[1] * k), True
+    if tile_rows < AMX_MIN_ROWS or step < AMX_MIN_STEP or channels % amx_intrinsics.LANES:
         return None
     a_tiles = 2 if rows % (2 * tile_rows) == 0 else 1
     b_tiles = 2 if channels % (2 * amx_intrinsics.LANES) == 0 else 1
-    return _AmxTile(tile_rows, a_tiles, b_tiles, step, k, conv)
+    return _AmxTile(tile_rows, a_tiles, b_tiles, step, k, conv, merged)
+
+
+def amx_step(length: int) -> int:
+    """bf16 values of a reduction of ``length`` each A tile takes: the largest even divisor
+    up to 32 (0: none)."""
+    return max((d for d in range(2, amx_intrinsics.TILE_K + 1, 2) if length % d == 0),
+               default=0)
+
+
+def _activation_channels(sch, block, weight) -> int | None:
+    """The channel extent of the activation buffer a conv reads (its last axis)."""
+    for region in sch.get(block).reads:
+        if not region.source.same_as(weight) and region.source.dtype == weight.dtype:
+            last = region.source.shape[-1]
+            return int(last) if isinstance(last, tirx.IntImm) else None
+    return None
 
 
 def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> None:

@@ -78,6 +78,9 @@ def _conv_reference(x, w, stride, pad, dilation):
     ((2, 3, 28, 64), (1, 1), 64, 1, (0, 0), 1),
     ((1, 1, 43, 32), (1, 5), 48, 2, (0, 2), 1),
     ((1, 4, 16, 32), (3, 3), 40, 1, (1, 1), 1),
+    # 3 channels (padded to 4): each row of taps and its channels one reduction
+    ((1, 23, 39, 3), (7, 7), 64, 2, (3, 3), 1),
+    ((1, 32, 224, 3), (16, 16), 48, 16, (0, 0), 1),
 ])
 def test_amx_conv_matches_numpy(shape, kernel, oc, stride, pad, dilation):
     x = RNG.standard_normal(shape).astype(np.float32)
@@ -122,3 +125,42 @@ def test_tile_config_words():
     colsb = [int.from_bytes(raw[16 + 2 * t:18 + 2 * t], "little") for t in range(8)]
     assert colsb == [64, 64, 64, 64, 32, 32, 64, 64]
     assert list(raw[48:56]) == [12, 12, 12, 12, 12, 12, 8, 8]
+
+
+@pytest.mark.parametrize("rows, keys, depth", [(128, 128, 64), (200, 208, 64), (80, 80, 80)])
+def test_amx_attention_matches_the_unscheduled_kernel(rows, keys, depth):
+    """The bf16 attention kernel (compiler/attention_kernels.py) on AMX: both products as rows
+    of AMX tiles (16-row tasks, or 8 where the padded rows are not a multiple of 16), the same
+    numbers as the unscheduled kernel on the same bf16 operands."""
+    from tvm import s_tir
+
+    from aotc.compiler import attention_kernels
+    from aotc.compiler.default_schedules.cpu_attention import Attention
+    qb = te.placeholder((1, 2, rows, depth), "uint16", "qb")
+    kp = te.placeholder((1, 2, keys // 16, depth // 2, 16, 2), "uint16", "kp")
+    vp = te.placeholder((1, 2, depth // 16, keys // 2, 16, 2), "uint16", "vp")
+    mask = te.placeholder((1, 1, 1, keys), "float32", "mask")
+    out = attention_kernels.attention(qb, kp, vp, mask, 0.125, False, None)
+    func = te.create_prim_func([qb, kp, vp, mask, out])
+    with AMX_TARGET:
+        sch = Attention().schedule(s_tir.Schedule(func), AMX_TARGET)
+    assert sch is not None
+    lib = tvm.compile(sch.mod, target=AMX_TARGET)
+    assert lib.mod.inspect_source("asm").count("tdpbf16ps") >= 2
+    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
+        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
+    assert x86.request_amx()
+    arrays = [k.bf16_bits(RNG.standard_normal([int(d) for d in t.shape]).astype(np.float32))
+              for t in (qb, kp, vp)] + [RNG.standard_normal((1, 1, 1, keys)).astype(np.float32)]
+    results = []
+    for built in (lib, tvm.compile(tvm.IRModule({"main": func}),
+                                   target=tvm.target.Target({"kind": "llvm"}))):
+        result = tvm.runtime.empty((1, 2, rows, depth), "float32")
+        built["main"](*[tvm.runtime.tensor(a) for a in arrays], result)
+        results.append(result.numpy())
+    # the same sums in another order: a probability next to a bf16 rounding boundary may round
+    # the other way (2^-8 of it)
+    np.testing.assert_allclose(results[0], results[1], rtol=0.02, atol=0.02)
+    cosine = float(np.sum(results[0] * results[1]) / np.linalg.norm(results[0]) /
+                   np.linalg.norm(results[1]))
+    assert cosine > 0.99999
