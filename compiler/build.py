@@ -22,7 +22,7 @@ from aotc.errors import CompileError, TargetError
 from aotc.options import CompileOptions
 from aotc.runtime import artifact
 from aotc.settings import default_threads
-from aotc.targets import TargetSpec, amx_bf16, cpu_flags_needed, runs_here, x86
+from aotc.targets import TargetSpec, amx_bf16, amx_int8, cpu_flags_needed, runs_here, x86
 
 from . import buckets, cuda_codegen, kv_cache, parallel_codegen
 from .default_schedules import tuned_functions, tuning_share, unscheduled_functions
@@ -238,7 +238,7 @@ def _export(executable, output: Path, metadata: dict, spec: TargetSpec) -> None:
         metadata_file = write_blob(artifact.metadata_blob(metadata), "aotc_metadata",
                                    spec.arch, tmp, "aotc_metadata")
         addons = [metadata_file]
-        if amx_bf16(spec.tvm_target):  # its kernels may use AMX tiles
+        if amx_bf16(spec.tvm_target) or amx_int8(spec.tvm_target):  # kernels may use AMX
             addons.append(os.path.join(tmp, "aotc_amx.c"))
             Path(addons[-1]).write_text(x86.AMX_PERMISSION_SOURCE, encoding="ascii")
         export_library(executable, str(staging), addons, tmp, fcompile,

@@ -70,6 +70,12 @@ def amx_bf16(tvm_target) -> str | None:
     return _first_answer("amx_bf16", tvm_target)
 
 
+def amx_int8(tvm_target) -> str | None:
+    """The int8 tile instructions ("amx-int8") the int8 matmuls and convs run on for this
+    target, or None (they then run on int8_dot's vector instructions)."""
+    return _first_answer("amx_int8", tvm_target)
+
+
 def broadcast_register(tvm_target) -> bool:
     """Whether a multiply-add of a broadcast activation needs that broadcast in a register of
     its own (x86 without AVX-512: no embedded-broadcast memory operand), so that a register
@@ -127,6 +133,6 @@ def measurable_here(spec: TargetSpec) -> str | None:
     return runs_here(spec)
 
 
-__all__ = ["TargetSpec", "Toolchain", "all_targets", "amx_bf16", "bf16_dot", "broadcast_register",
-           "cpu_flags_needed", "for_precision", "fp16_dot", "int8_dot", "resolve",
-           "measurable_here", "runs_here", "simd"]
+__all__ = ["TargetSpec", "Toolchain", "all_targets", "amx_bf16", "amx_int8", "bf16_dot",
+           "broadcast_register", "cpu_flags_needed", "for_precision", "fp16_dot", "int8_dot",
+           "resolve", "measurable_here", "runs_here", "simd"]

@@ -96,14 +96,21 @@ def bf16_dot(attrs) -> str | None:
     return _instructions(attrs, "+avx512bf16", _BF16_CPUS, "avx512-bf16")
 
 
-# LLVM CPUs with AMX-BF16 (tdpbf16ps on tile registers): Sapphire Rapids and later Xeons.
+# LLVM CPUs with AMX-BF16 and AMX-INT8 (tdpbf16ps, tdpbusd on tile registers): Sapphire
+# Rapids and later Xeons.
 _AMX_CPUS = {"sapphirerapids", "emeraldrapids", "graniterapids"}
-_AMX_FLAGS = {"amx_tile", "amx_bf16"}
+_AMX_BF16_FLAGS = {"amx_tile", "amx_bf16"}
+_AMX_INT8_FLAGS = {"amx_tile", "amx_int8"}
 
 
 def amx_bf16(attrs) -> str | None:
     """The bf16 tile instruction set an x86 llvm target has ("amx-bf16"), or None."""
     return _instructions(attrs, "+amx-bf16", _AMX_CPUS, "amx-bf16")
+
+
+def amx_int8(attrs) -> str | None:
+    """The int8 tile instruction set an x86 llvm target has ("amx-int8"), or None."""
+    return _instructions(attrs, "+amx-int8", _AMX_CPUS, "amx-int8")
 
 
 # Linux gives a process AMX tile state only once it asks; the first tile instruction before
@@ -224,7 +231,9 @@ def flags_needed(attrs) -> set[str]:
     if fp16_dot(attrs):
         needed |= _FP16_FLAGS
     if amx_bf16(attrs):
-        needed |= _AMX_FLAGS
+        needed |= _AMX_BF16_FLAGS
+    if amx_int8(attrs):
+        needed |= _AMX_INT8_FLAGS
     return needed
 
 

@@ -19,7 +19,7 @@ BF16 = sorted([*VNNI, "avx512_bf16"])
 
 def test_flags_each_preset_needs():
     expected = {"x86-avx2": AVX2, "x86-avx512": AVX512, "x86-vnni": VNNI, "x86-bf16": BF16,
-                "x86-fp16": sorted([*BF16, "avx512_fp16", "amx_bf16", "amx_tile"])}
+                "x86-fp16": sorted([*BF16, "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile"])}
     for name, flags in expected.items():
         assert cpu_flags_needed(resolve(name).tvm_target) == flags, name
     assert cpu_flags_needed({"kind": "llvm", "mcpu": "x86-64"}) == []

@@ -28,7 +28,7 @@ from ..attention_kernels import GROUP, LANES, PACK_BLOCKS, SCORES_BLOCK
 from . import amx_intrinsics
 from .cpu_blocks import CpuRule, _extent, _largest_divisor, divisible, vector_lanes
 from .cpu_contraction import _is_multiply_accumulate
-from .cpu_dot import AMX_MIN_STEP, amx_step, tile_shape
+from .cpu_dot import amx_min_step, tile_shape
 from .cpu_rows import (
     compute_rows_under,
     inline_single_reader_blocks,
@@ -103,13 +103,14 @@ def _amx_columns(count: int) -> int:
 def _amx_shapes(sch, rows, keys, cols) -> tuple[int, int, int] | None:
     """(query rows a task, keys, head dim) of a bf16 attention kernel AMX tiles can take: all
     static, the rows a whole number of tasks, both reductions (head dim, keys) a whole number
-    of steps of AMX_MIN_STEP or more; None otherwise."""
+    of steps of amx_min_step or more; None otherwise."""
     row_count, key_count, dim = (_extent(sch, loop) for loop in (rows, keys, cols))
     if row_count is None or key_count is None or dim is None or dim % LANES or \
             key_count % LANES:
         return None
     task_rows = AMX_TASK_ROWS if row_count % AMX_TASK_ROWS == 0 else ROWS
-    if row_count % task_rows or min(amx_step(dim), amx_step(key_count)) < AMX_MIN_STEP:
+    if row_count % task_rows or min(amx_intrinsics.step("bf16", dim), amx_intrinsics.step(
+            "bf16", key_count)) < amx_min_step("bf16"):
         return None
     return task_rows, key_count, dim
 
@@ -210,8 +211,7 @@ class Attention(CpuRule):
         row_out, row_in = sch.split(rows, factors=[None, task_rows])
         col_width = _amx_columns(dim)
         col_tiles, col_in = sch.split(cols, factors=[None, col_width])
-        pairs, pair = sch.split(keys, factors=[None, GROUP])
-        sch.reorder(*batch, row_out, col_tiles, row_in, col_in, pairs, pair)
+        sch.reorder(*batch, row_out, col_tiles, row_in, col_in, keys)
         task = sch.fuse(*batch, row_out)
         sch.parallel(task)
         write_back = sch.cache_write(out.block_rv, 0, "global")
@@ -231,8 +231,7 @@ class Attention(CpuRule):
         score_rows, score_cols, depth = sch.get_loops(scores.block_rv)[-3:]
         score_width = _amx_columns(keys_count)
         score_tiles, score_in = sch.split(score_cols, factors=[None, score_width])
-        depth_pairs, depth_pair = sch.split(depth, factors=[None, GROUP])
-        sch.reorder(score_tiles, score_rows, score_in, depth_pairs, depth_pair)
+        sch.reorder(score_tiles, score_rows, score_in, depth)
         score_back = sch.cache_write(scores.block_rv, 0, "global")
         sch.reverse_compute_at(score_back, score_tiles, preserve_unit_loops=True)
         schedule_injective_tail(sch, score_back, lanes)
@@ -244,10 +243,11 @@ class Attention(CpuRule):
                 pass
         sch.decompose_reduction(scores.block_rv, score_rows)
         sch.tensorize(score_rows, amx_intrinsics.register(
-            task_rows, 1, score_width // LANES, dim, amx_step(dim)))
+            "bf16", task_rows, 1, score_width // LANES, dim, amx_intrinsics.step("bf16", dim)))
         sch.decompose_reduction(out.block_rv, row_in)
         sch.tensorize(row_in, amx_intrinsics.register(
-            task_rows, 1, col_width // LANES, keys_count, amx_step(keys_count)))
+            "bf16", task_rows, 1, col_width // LANES, keys_count,
+            amx_intrinsics.step("bf16", keys_count)))
         return sch
 
     @staticmethod

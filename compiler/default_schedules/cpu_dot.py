@@ -23,7 +23,16 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from aotc.targets import amx_bf16, bf16_dot, broadcast_register, fp16_dot, int8_dot, simd, x86
+from aotc.targets import (
+    amx_bf16,
+    amx_int8,
+    bf16_dot,
+    broadcast_register,
+    fp16_dot,
+    int8_dot,
+    simd,
+    x86,
+)
 
 from ..dot_kernels import CROP_BLOCK, FORMATS, DotFormat
 from . import amx_intrinsics
@@ -283,7 +292,8 @@ class PackedDot(CpuRule):
                                          vector_lanes(target, operand_bits))
         kernel = _DotKernel(fmt, intrinsic, lanes, simd(target)[1], broadcast_register(target),
                             tunable, pixels, accumulators, guarded)
-        amx = _amx_tile(sch, main, fmt) if fmt.name == "bf16" and amx_bf16(target) else None
+        amx = _amx_tile(sch, main, fmt) if (fmt.name == "bf16" and amx_bf16(target)) or \
+            (fmt.name == "int8" and amx_int8(target)) else None
         if amx is not None:
             _schedule_amx(sch, main, infos[index + 1:], kernel, amx)
         else:
@@ -402,16 +412,18 @@ class PackedDot(CpuRule):
 # 7 keeps the 7x7 stage of 224-pixel CNNs on AMX: its tiles of 7 pixels ran at 4-5 times the
 # vector kernel's rate (docs/design/measurements.md).
 AMX_MIN_ROWS = 7
-# the shortest reduction step (bf16 values a tile reads per row, up to 32) worth a tile load
-AMX_MIN_STEP = 8
+# the shortest reduction step worth a tile load, in bytes of a tile row (bf16: 8 values,
+# int8: 16; a row holds 64)
+AMX_MIN_STEP_BYTES = 16
 
 
 @dataclass(frozen=True)
 class _AmxTile:
-    """An AMX tile of a packed bf16 kernel: ``a_tiles`` x ``rows`` output rows (a matmul's
-    rows, a conv's neighbouring pixels of one output row), ``b_tiles`` blocks of 16 columns,
-    ``step`` bf16 values of the reduction per tile load; a conv's taps, stride and dilation
-    (None for a matmul)."""
+    """An AMX tile of a packed bf16 or int8 kernel (``kind``): ``a_tiles`` x ``rows`` output
+    rows (a matmul's rows, a conv's neighbouring pixels of one output row), ``b_tiles`` blocks
+    of 16 columns, ``step`` values of the reduction per tile load; a conv's taps, stride and
+    dilation (None for a matmul)."""
+    kind: str
     rows: int
     a_tiles: int
     b_tiles: int
@@ -422,10 +434,10 @@ class _AmxTile:
 
     def intrinsic(self) -> str:
         if self.conv is None:
-            return amx_intrinsics.register(self.rows, self.a_tiles, self.b_tiles,
+            return amx_intrinsics.register(self.kind, self.rows, self.a_tiles, self.b_tiles,
                                            self.reduction, self.step)
-        return amx_intrinsics.register_conv(self.rows, self.a_tiles, self.b_tiles, *self.conv,
-                                            self.reduction, self.step, self.merged)
+        return amx_intrinsics.register_conv(self.kind, self.rows, self.a_tiles, self.b_tiles,
+                                            *self.conv, self.reduction, self.step, self.merged)
 
 
 def _coefficient(expr, var) -> int | None:
@@ -449,7 +461,7 @@ def _buffer_loads(expr) -> list:
 
 
 def _conv_geometry(sch, block, weight) -> tuple | None:
-    """(kh, kw, stride, dilation h, dilation w) of a packed bf16 conv2d (NHWC, one group)
+    """(kh, kw, stride, dilation h, dilation w) of a packed conv2d (NHWC, one group)
     read from its activation access, or None where the access is not of that form (a grouped
     conv's channel index, a strided height only)."""
     kh, kw = int(weight.shape[1]), int(weight.shape[2])
@@ -460,8 +472,9 @@ def _conv_geometry(sch, block, weight) -> tuple | None:
         return None
     rh = reduce[0] if kh > 1 else None
     rw = reduce[int(kh > 1)] if kw > 1 else None
-    loads = [load for load in _buffer_loads(stmt.body.value) if not load.source.same_as(weight)
-             and load.source.dtype == weight.dtype]
+    output = stmt.writes[0].source
+    loads = [load for load in _buffer_loads(stmt.body.value)
+             if not load.source.same_as(weight) and not load.source.same_as(output)]
     if len(loads) != 1 or len(loads[0].indices) < 3:
         return None
     *_, height, width, channel = loads[0].indices
@@ -475,10 +488,15 @@ def _conv_geometry(sch, block, weight) -> tuple | None:
     return kh, kw, stride, dh, dw
 
 
+def amx_min_step(kind: str) -> int:
+    """The shortest reduction step of an AMX tile of format ``kind``, in values."""
+    return AMX_MIN_STEP_BYTES // amx_intrinsics.KINDS[kind].value_bytes
+
+
 def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
-    """The AMX tile of a packed bf16 matmul or conv (amx_intrinsics), or None where its static
-    shape has none: rows a tile of AMX_MIN_ROWS to 16 divides (a conv's: its output width),
-    a reduction a step of AMX_MIN_STEP to 32 values divides."""
+    """The AMX tile of a packed bf16 or int8 matmul or conv (amx_intrinsics), or None where
+    its static shape has none: rows a tile of AMX_MIN_ROWS to 16 divides (a conv's: its output
+    width), a reduction a step of amx_min_step values or more divides."""
     weight = _packed_weight(sch, main.block_rv, fmt)
     if weight is None or len(weight.shape) not in (4, 6):
         return None
@@ -498,37 +516,32 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
     rows = spatial[-2] if len(spatial) >= 2 else 1
     channels, k = spatial[-1], reduce[-1]
     tile_rows = _largest_divisor(rows, amx_intrinsics.TILE_ROWS)
-    step = amx_step(k)
+    step = amx_intrinsics.step(fmt.name, k)
     merged = False
-    if conv is not None and step < AMX_MIN_STEP and conv[4] == 1 and \
+    if conv is not None and step < amx_min_step(fmt.name) and conv[4] == 1 and \
             _activation_channels(sch, main.block_rv, weight) == k:
         # a few channels (an image's): a row's taps and channels as one reduction
-        step, merged = amx_step(conv[1] * k), True
-    if tile_rows < AMX_MIN_ROWS or step < AMX_MIN_STEP or channels % amx_intrinsics.LANES:
+        step, merged = amx_intrinsics.step(fmt.name, conv[1] * k), True
+    if tile_rows < AMX_MIN_ROWS or step < amx_min_step(fmt.name) or \
+            channels % amx_intrinsics.LANES:
         return None
     a_tiles = 2 if rows % (2 * tile_rows) == 0 else 1
     b_tiles = 2 if channels % (2 * amx_intrinsics.LANES) == 0 else 1
-    return _AmxTile(tile_rows, a_tiles, b_tiles, step, k, conv, merged)
-
-
-def amx_step(length: int) -> int:
-    """bf16 values of a reduction of ``length`` each A tile takes: the largest even divisor
-    up to 32 (0: none)."""
-    return max((d for d in range(2, amx_intrinsics.TILE_K + 1, 2) if length % d == 0),
-               default=0)
+    return _AmxTile(fmt.name, tile_rows, a_tiles, b_tiles, step, k, conv, merged)
 
 
 def _activation_channels(sch, block, weight) -> int | None:
     """The channel extent of the activation buffer a conv reads (its last axis)."""
+    output = sch.get(block).writes[0].source
     for region in sch.get(block).reads:
-        if not region.source.same_as(weight) and region.source.dtype == weight.dtype:
+        if not region.source.same_as(weight) and not region.source.same_as(output):
             last = region.source.shape[-1]
             return int(last) if isinstance(last, tirx.IntImm) else None
     return None
 
 
 def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> None:
-    """A packed bf16 matmul or conv on AMX tiles: parallel tiles of up to 2 x 16 rows and
+    """A packed bf16 or int8 matmul or conv on AMX tiles: parallel tiles of up to 2 x 16 rows and
     2 x 16 columns, each one tensor intrinsic (amx_intrinsics) over the whole reduction, its
     sums stored to the tile buffer and the epilogue applied from there, as in
     _schedule_main."""
@@ -544,8 +557,6 @@ def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> N
     block_out, columns = sch.split(spatial[-1],
                                    factors=[None, tile.b_tiles * amx_intrinsics.LANES])
     row_out, row_in = sch.split(spatial[-2], factors=[None, tile.a_tiles * tile.rows])
-    if tile.conv is None:  # the matmul intrinsic's reduction runs over (pairs, 2)
-        reduce = list(sch.split(reduce[-1], factors=[None, 2]))
     outer = spatial[:-2]
     pixels = kernel.pixels if kernel.pixels is not None else pixels_first(sch, block, kernel.fmt)
     order = [*outer, row_out, block_out] if pixels else [block_out, *outer, row_out]

@@ -119,7 +119,7 @@ def test_amx_targets():
 
 
 def test_tile_config_words():
-    words = amx_intrinsics._tile_config(12, 16)
+    words = amx_intrinsics._tile_config(12, 32, 8)
     raw = b"".join(w.to_bytes(4, "little") for w in words)
     assert raw[0] == 1
     colsb = [int.from_bytes(raw[16 + 2 * t:18 + 2 * t], "little") for t in range(8)]
@@ -164,3 +164,71 @@ def test_amx_attention_matches_the_unscheduled_kernel(rows, keys, depth):
     cosine = float(np.sum(results[0] * results[1]) / np.linalg.norm(results[0]) /
                    np.linalg.norm(results[1]))
     assert cosine > 0.99999
+
+
+def _int8_conv_reference(x, w, zero, stride, pad, dilation):
+    xp = np.pad(x.astype(np.int64), ((0, 0), (pad[0], pad[0]), (pad[1], pad[1]), (0, 0)),
+                constant_values=zero)
+    kh, kw, _, oc = w.shape
+    oh = (xp.shape[1] - (kh - 1) * dilation - 1) // stride + 1
+    ow = (xp.shape[2] - (kw - 1) * dilation - 1) // stride + 1
+    out = np.zeros((x.shape[0], oh, ow, oc), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            out += xp[:, i * dilation:i * dilation + oh * stride:stride,
+                      j * dilation:j * dilation + ow * stride:stride, :] @ \
+                w[i, j].astype(np.int64)
+    return out
+
+
+# int8 (u8 activations, s8 weights, int32 sums: tdpbusd): 3x3 with the zero point as padding,
+# strided, 1x1, a 3-channel stem (taps merged with channels), a matmul with an epilogue
+@pytest.mark.parametrize("shape,kernel,oc,stride,pad,dilation", [
+    ((1, 6, 32, 64), (3, 3), 64, 1, (1, 1), 1),
+    ((1, 5, 29, 48), (3, 3), 32, 2, (1, 1), 1),
+    ((2, 3, 28, 128), (1, 1), 48, 1, (0, 0), 1),
+    ((1, 23, 39, 3), (7, 7), 64, 2, (3, 3), 1),
+])
+def test_amx_int8_conv_matches_integers(shape, kernel, oc, stride, pad, dilation):
+    x = RNG.integers(0, 256, shape).astype(np.uint8)
+    w = RNG.integers(-127, 128, (*kernel, shape[-1], oc)).astype(np.int8)
+    zero = 7
+    xt = te.placeholder(x.shape, "uint8", "x")
+    packed = k.pack_conv_weight(w)
+    wt = te.placeholder(packed.shape, "int8", "w")
+    out = k.conv2d_nhwc(xt, wt, oc, (stride, stride), (pad[0], pad[1], pad[0], pad[1]),
+                        (dilation, dilation), zero)
+    lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, out]), AMX_TARGET,
+                          "tdpbusd")
+    if not {"amx_tile", "amx_int8"} <= x86.cpu_flags():
+        pytest.skip("this CPU has no AMX-INT8 to run the kernel on")
+    assert x86.request_amx()
+    want = _int8_conv_reference(x, w, zero, stride, pad, dilation)
+    got, whole = guarded_output(want.shape, "int32")
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_array_equal(got.numpy(), want)
+    check_guard(whole, want.shape)
+
+
+@pytest.mark.parametrize("lead,m,kdim,n", [((), 32, 256, 64), ((2,), 16, 96, 1000)])
+def test_amx_int8_matmul_matches_integers(lead, m, kdim, n):
+    x = RNG.integers(0, 256, (*lead, m, kdim)).astype(np.uint8)
+    w = RNG.integers(-127, 128, (kdim, n)).astype(np.int8)
+    xt = te.placeholder(x.shape, "uint8", "x")
+    packed = k.pack_matmul_weight(w)
+    wt = te.placeholder(packed.shape, "int8", "w")
+    offset = te.placeholder((n,), "int32", "offset")
+    acc = k.matmul(xt, wt, n, 3)
+    out = te.compute(acc.shape, lambda *i: (acc(*i) + offset[i[-1]]) * 2, name="epilogue")
+    lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, offset, out]), AMX_TARGET,
+                          "tdpbusd")
+    if not {"amx_tile", "amx_int8"} <= x86.cpu_flags():
+        pytest.skip("this CPU has no AMX-INT8 to run the kernel on")
+    assert x86.request_amx()
+    offsets = RNG.integers(-100, 100, n).astype(np.int32)
+    want = (x.astype(np.int64) @ w.astype(np.int64) + offsets) * 2
+    got, whole = guarded_output(want.shape, "int32")
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), tvm.runtime.tensor(offsets),
+                got)
+    np.testing.assert_array_equal(got.numpy(), want)
+    check_guard(whole, want.shape)
