@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 
 import tvm
+import tvm_ffi
 from tvm.error import InternalError
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import ScheduleError
@@ -81,17 +82,48 @@ def default_rules_space(target: tvm.target.Target) -> ms.space_generator.Schedul
 NO_METASCHEDULE_SPACE = frozenset({"int8"})
 
 
+_SPACE_BUILDS: dict[tuple[str, int], bool] = {}
+
+
+def metaschedule_space_builds(target: tvm.target.Target, func: tvm.tirx.PrimFunc) -> bool:
+    """Whether MetaSchedule's own design space for ``func`` can be generated (asked once per
+    target and kernel: each search round makes its spaces anew). For a sapphirerapids target
+    its rules fail on the one-kernel attention (a ScheduleError in reverse-compute-at), and
+    the error ended the whole tuning run; such a kernel is tuned in the default rules' space
+    only."""
+    key = (str(target), tvm_ffi.structural_hash(func))
+    if key not in _SPACE_BUILDS:
+        _SPACE_BUILDS[key] = _space_builds(target, func)
+    return _SPACE_BUILDS[key]
+
+
+def _space_builds(target: tvm.target.Target, func: tvm.tirx.PrimFunc) -> bool:
+    context = ms.TuneContext(tvm.IRModule({"main": func}), target=target,
+                             space_generator=ms.space_generator.PostOrderApply(),
+                             task_name="probe", num_threads=1)
+    try:
+        context.generate_design_space()
+    except (ScheduleError, InternalError) as err:
+        LOG.info("MetaSchedule's space skipped for %s: %s",
+                 func.attrs.get("global_symbol", "a kernel") if func.attrs else "a kernel",
+                 meaningful_line(err))
+        return False
+    return True
+
+
 def search_space(target: tvm.target.Target,
                  func: tvm.tirx.PrimFunc | None = None) -> ms.space_generator.SpaceGenerator:
     """The union (for ``func``, the kernel tuned: without MetaSchedule's space when its
-    packed format is one that space cannot build); registers the CPU tensor intrinsics
-    first, so that the TuneContext it goes into finds them loaded instead of importing every
-    backend's (intrinsics.py)."""
+    packed format is one that space cannot build, or when that space fails to generate:
+    metaschedule_space_builds); registers the CPU tensor intrinsics first, so that the
+    TuneContext it goes into finds them loaded instead of importing every backend's
+    (intrinsics.py)."""
     register_cpu_intrinsics()
     # the default rules' spaces first: a search's first round measures the design spaces in
     # order, as many as the round holds, and MetaSchedule gives BERT's attention kernel 81
     # (its layer norm 9), so the untuned schedule placed after them was never measured
     spaces = [default_rules_space(target)]
-    if func is None or packed_format(func) not in NO_METASCHEDULE_SPACE:
+    if func is None or (packed_format(func) not in NO_METASCHEDULE_SPACE and
+                        metaschedule_space_builds(target, func)):
         spaces.append(ms.space_generator.PostOrderApply())
     return ms.space_generator.SpaceGeneratorUnion(spaces)

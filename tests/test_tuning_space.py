@@ -115,3 +115,36 @@ def test_winograd_transforms_get_their_default_schedule_as_a_space():
     spaces = _spaces(func.with_attr("global_symbol", "main"), default_rules_space(TARGET))
     assert len(spaces) == 1
     assert "T.parallel" in spaces[0].mod.script(), "the tiles run in parallel"
+
+
+def test_a_kernel_whose_metaschedule_space_fails_keeps_the_default_rules_space():
+    """MetaSchedule's rules for a sapphirerapids target fail on the one-kernel attention (a
+    ScheduleError in reverse-compute-at, which ended `aotc tune` of BERT on such a host):
+    the kernel gets the default rules' space alone, and a kernel whose MetaSchedule space
+    builds keeps both."""
+    from tvm import relax
+
+    from aotc.compiler.default_schedules import cpu_rules  # noqa: F401 (rules registered)
+    from aotc.compiler.passes.fusion import FuseAttention
+    spr = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((1, 2, 32, 16), "float32"))
+    kt = relax.Var("kt", relax.TensorType((1, 2, 16, 32), "float32"))
+    v = relax.Var("v", relax.TensorType((1, 2, 32, 16), "float32"))
+    with bb.function("main", [q, kt, v]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.divide(bb.emit(relax.op.matmul(q, kt)),
+                                        relax.const(4.0, "float32")))
+            out = bb.emit_output(relax.op.matmul(relax.op.nn.softmax(s, axis=-1), v))
+        bb.emit_func_output(out)
+    mod = relax.transform.FuseTIR()(relax.transform.LegalizeOps()(FuseAttention()(bb.get())))
+    (attention,) = [f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    attention = attention.with_attr("global_symbol", "main")
+    from aotc.schedules.space import metaschedule_space_builds
+    assert not metaschedule_space_builds(spr, attention)
+    context = ms.TuneContext(tvm.IRModule({"main": attention}), target=spr,
+                             space_generator=search_space(spr, attention),
+                             search_strategy="evolutionary", task_name="t", num_threads=2)
+    spaces = context.space_generator.generate_design_space(context.mod)
+    assert len(spaces) == 1 and len(spaces[0].trace.decisions) == 0
+    assert metaschedule_space_builds(spr, _matmul())
