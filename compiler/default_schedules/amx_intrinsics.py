@@ -111,18 +111,24 @@ def _without_init(func):
 
 
 @functools.cache
-def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int) -> str:
+def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
+             groups: int = 1, k_block: int = 0) -> str:
     """Register (once) and name the matmul intrinsic of format ``kind`` ("bf16", "int8"): a
-    tile of ``a_tiles`` x ``rows`` output rows and ``b_tiles`` blocks of 16 columns over a
-    reduction of ``k`` values, ``kt`` a step: C[i, j] += A[i, r] * B[j / 16, r / G, j % 16,
-    r % G]."""
+    tile of ``a_tiles`` x ``rows`` output rows and ``groups`` x ``b_tiles`` blocks of 16
+    columns over a reduction of ``k`` values, ``kt`` a step: C[i, j] += A[i, r] * B[j / 16,
+    r / G, j % 16, r % G]. The ``groups`` column tiles take turns on each ``k_block`` values
+    of K (all of K with 0), so that the rows' block of A stays in L1; their sums go to C
+    between turns. One call loads the tile configuration once for all of it (``ldtilecfg``
+    cost a fifth of a 128 x 768 @ 768 x 3072 matmul made once per tile)."""
     spec = KINDS[kind]
     fmt, group = spec.fmt, spec.fmt.group
-    assert rows <= TILE_ROWS and kt <= spec.max_step and kt % group == 0 and k % kt == 0
-    assert a_tiles * b_tiles <= 4
-    m, n = rows * a_tiles, b_tiles * LANES
+    k_block = k_block or k
+    assert rows <= TILE_ROWS and kt <= spec.max_step and kt % group == 0 and k_block % kt == 0
+    assert a_tiles * b_tiles <= 4 and k % k_block == 0
+    m, n = rows * a_tiles, groups * b_tiles * LANES
+    n_blocks = groups * b_tiles
     a = te.placeholder((m, k), fmt.operand, "A")
-    b = te.placeholder((b_tiles, k // group, LANES, group), fmt.weight, "B")
+    b = te.placeholder((n_blocks, k // group, LANES, group), fmt.weight, "B")
     r = te.reduce_axis((0, k), "r")
     c = te.compute((m, n), lambda i, j: te.sum(fmt.product(
         a[i, r], b[j // LANES, r // group, j % LANES, r % group]), axis=[r]), name="update")
@@ -139,11 +145,11 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int) 
         sb2 = T.int32()
         sc = T.int32()
         A = T.match_buffer(pa, (m, k), operand, strides=[sa, 1], offset_factor=1)
-        B = T.match_buffer(pb, (b_tiles, k // group, LANES, group), weight,
+        B = T.match_buffer(pb, (n_blocks, k // group, LANES, group), weight,
                            strides=[sb0, sb1, sb2, 1], offset_factor=1)
         C = T.match_buffer(pc, (m, n), acc, strides=[sc, 1], offset_factor=1)
         with T.sblock("root"):
-            T.reads(C[0:m, 0:n], A[0:m, 0:k], B[0:b_tiles, 0:k // group, 0:LANES, 0:group])
+            T.reads(C[0:m, 0:n], A[0:m, 0:k], B[0:n_blocks, 0:k // group, 0:LANES, 0:group])
             T.writes(C[0:m, 0:n])
             cfg = T.alloc_buffer((16,), "uint32", scope="local")
             for word in T.unroll(16):
@@ -156,32 +162,37 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int) 
             cfg[12] = T.uint32(words[12])
             cfg[13] = T.uint32(words[13])
             T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
-            for ti in T.unroll(a_tiles):
-                for tj in T.unroll(b_tiles):
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
-                        T.address_of(C[ti * rows, tj * LANES]), T.Cast("int64", sc * 4)))
-            for s in range(k // kt):
-                for ti in T.unroll(a_tiles):
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tileloadd64", T.uint8(4 + ti),
-                        T.address_of(A[ti * rows, s * kt]), T.Cast("int64", sa * a_bytes)))
-                for tj in T.unroll(b_tiles):
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
-                        T.address_of(B[tj, s * (kt // group), 0, 0]), T.int64(TILE_BYTES)))
+            for kb, g in T.grid(k // k_block, groups):
                 for ti in T.unroll(a_tiles):
                     for tj in T.unroll(b_tiles):
                         T.evaluate(T.call_llvm_intrin(
-                            "void", instruction, T.uint8(ti * b_tiles + tj), T.uint8(4 + ti),
-                            T.uint8(6 + tj)))
-            for ti in T.unroll(a_tiles):
-                for tj in T.unroll(b_tiles):
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
-                        T.address_of(C[ti * rows, tj * LANES]), T.Cast("int64", sc * 4)))
+                            "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
+                            T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
+                            T.Cast("int64", sc * 4)))
+                for s in range(k_block // kt):
+                    for ti in T.unroll(a_tiles):
+                        T.evaluate(T.call_llvm_intrin(
+                            "void", "llvm.x86.tileloadd64", T.uint8(4 + ti),
+                            T.address_of(A[ti * rows, kb * k_block + s * kt]),
+                            T.Cast("int64", sa * a_bytes)))
+                    for tj in T.unroll(b_tiles):
+                        T.evaluate(T.call_llvm_intrin(
+                            "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
+                            T.address_of(B[g * b_tiles + tj, (kb * k_block + s * kt) // group,
+                                           0, 0]), T.int64(TILE_BYTES)))
+                    for ti in T.unroll(a_tiles):
+                        for tj in T.unroll(b_tiles):
+                            T.evaluate(T.call_llvm_intrin(
+                                "void", instruction, T.uint8(ti * b_tiles + tj),
+                                T.uint8(4 + ti), T.uint8(6 + tj)))
+                for ti in T.unroll(a_tiles):
+                    for tj in T.unroll(b_tiles):
+                        T.evaluate(T.call_llvm_intrin(
+                            "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
+                            T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
+                            T.Cast("int64", sc * 4)))
 
-    name = f"aotc_amx_{kind}_{a_tiles}x{rows}_{b_tiles}x16_k{k}_{kt}"
+    name = f"aotc_amx_{kind}_{a_tiles}x{rows}_{groups}x{b_tiles}x16_k{k}_{k_block}_{kt}"
     TensorIntrin.register(name, desc, impl, override=True)
     return name
 
@@ -189,13 +200,14 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int) 
 @functools.cache
 def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw: int,
                   stride: int, dh: int, dw: int, channels: int, kt: int,
-                  merged: bool = False) -> str:
+                  merged: bool = False, groups: int = 1) -> str:
     """Register (once) and name the conv intrinsic of format ``kind`` (dot_kernels.conv2d_nhwc,
     one group): ``a_tiles`` x ``rows`` neighbouring output pixels of one output row,
     ``b_tiles`` blocks of 16 output channels, summed over the kh x kw taps and ``channels``
     input channels, ``kt`` a step. An A tile is ``rows`` input pixels ``stride`` apart (one
     ``tileloadd`` with that row stride), a B tile the packed weight of one tap. Taps of a
-    1-wide kernel axis have no loop (as the kernel, whose unit axes are dropped).
+    1-wide kernel axis have no loop (as the kernel, whose unit axes are dropped). ``groups``
+    tiles of columns follow one another in one call (one ``ldtilecfg`` for all).
 
     ``merged`` (a few input channels: an image's 3, padded to the group): a row's kw taps and
     their channels, kw x ``channels`` values one after the other in an NHWC input of exactly
@@ -208,10 +220,11 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
     assert rows <= TILE_ROWS and kt <= spec.max_step and kt % group == 0
     assert ((kw * channels) if merged else channels) % kt == 0 and a_tiles * b_tiles <= 4
     assert not merged or dw == 1
-    m, n = rows * a_tiles, b_tiles * LANES
+    m, n = rows * a_tiles, groups * b_tiles * LANES
+    n_blocks = groups * b_tiles
     span_h, span_w = (kh - 1) * dh + 1, (m - 1) * stride + (kw - 1) * dw + 1
     a = te.placeholder((span_h, span_w, channels), fmt.operand, "A")
-    b = te.placeholder((b_tiles, kh, kw, channels // group, LANES, group), fmt.weight, "B")
+    b = te.placeholder((n_blocks, kh, kw, channels // group, LANES, group), fmt.weight, "B")
     rh = te.reduce_axis((0, kh), "rh") if kh > 1 else None
     rw = te.reduce_axis((0, kw), "rw") if kw > 1 else None
     rc = te.reduce_axis((0, channels), "rc")
@@ -243,12 +256,12 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
         sc = T.int32()
         A = T.match_buffer(pa, (span_h, span_w, channels), operand,
                            strides=[sa0, sa1, 1], offset_factor=1)
-        B = T.match_buffer(pb, (b_tiles, kh, kw, channels // group, LANES, group), weight,
+        B = T.match_buffer(pb, (n_blocks, kh, kw, channels // group, LANES, group), weight,
                            strides=[sb0, sb1, sb2, sb3, sb4, 1], offset_factor=1)
         C = T.match_buffer(pc, (m, n), acc, strides=[sc, 1], offset_factor=1)
         with T.sblock("root"):
             T.reads(C[0:m, 0:n], A[0:span_h, 0:span_w, 0:channels],
-                    B[0:b_tiles, 0:kh, 0:kw, 0:channels // group, 0:LANES, 0:group])
+                    B[0:n_blocks, 0:kh, 0:kw, 0:channels // group, 0:LANES, 0:group])
             T.writes(C[0:m, 0:n])
             cfg = T.alloc_buffer((16,), "uint32", scope="local")
             for word in T.unroll(16):
@@ -261,36 +274,41 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
             cfg[12] = T.uint32(words[12])
             cfg[13] = T.uint32(words[13])
             T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
-            for ti in T.unroll(a_tiles):
-                for tj in T.unroll(b_tiles):
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
-                        T.address_of(C[ti * rows, tj * LANES]), T.Cast("int64", sc * 4)))
-            for th, tw, s in T.grid(kh, taps_w, steps):
-                for ti in T.unroll(a_tiles):
-                    # merged: s * kt values past the row's first tap (its pixel's channels
-                    # run on into the next taps' pixels: the address, not the channel, counts)
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tileloadd64", T.uint8(4 + ti),
-                        T.address_of(A[th * dh, ti * rows * stride + tw * dw, s * kt]),
-                        T.Cast("int64", sa1 * stride * a_bytes)))
-                for tj in T.unroll(b_tiles):
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
-                        T.address_of(B[tj, th, tw, s * (kt // group), 0, 0]),
-                        T.int64(TILE_BYTES)))
+            for g in range(groups):
                 for ti in T.unroll(a_tiles):
                     for tj in T.unroll(b_tiles):
                         T.evaluate(T.call_llvm_intrin(
-                            "void", instruction, T.uint8(ti * b_tiles + tj), T.uint8(4 + ti),
-                            T.uint8(6 + tj)))
-            for ti in T.unroll(a_tiles):
-                for tj in T.unroll(b_tiles):
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
-                        T.address_of(C[ti * rows, tj * LANES]), T.Cast("int64", sc * 4)))
+                            "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
+                            T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
+                            T.Cast("int64", sc * 4)))
+                for th, tw, s in T.grid(kh, taps_w, steps):
+                    for ti in T.unroll(a_tiles):
+                        # merged: s * kt values past the row's first tap (its pixel's channels
+                        # run on into the next taps' pixels: the address, not the channel,
+                        # counts)
+                        T.evaluate(T.call_llvm_intrin(
+                            "void", "llvm.x86.tileloadd64", T.uint8(4 + ti),
+                            T.address_of(A[th * dh, ti * rows * stride + tw * dw, s * kt]),
+                            T.Cast("int64", sa1 * stride * a_bytes)))
+                    for tj in T.unroll(b_tiles):
+                        T.evaluate(T.call_llvm_intrin(
+                            "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
+                            T.address_of(B[g * b_tiles + tj, th, tw, s * (kt // group), 0, 0]),
+                            T.int64(TILE_BYTES)))
+                    for ti in T.unroll(a_tiles):
+                        for tj in T.unroll(b_tiles):
+                            T.evaluate(T.call_llvm_intrin(
+                                "void", instruction, T.uint8(ti * b_tiles + tj),
+                                T.uint8(4 + ti), T.uint8(6 + tj)))
+                for ti in T.unroll(a_tiles):
+                    for tj in T.unroll(b_tiles):
+                        T.evaluate(T.call_llvm_intrin(
+                            "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
+                            T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
+                            T.Cast("int64", sc * 4)))
 
-    name = (f"aotc_amx_{kind}_conv{'_merged' if merged else ''}_{a_tiles}x{rows}_{b_tiles}x16"
+    name = (f"aotc_amx_{kind}_conv{'_merged' if merged else ''}_{a_tiles}x{rows}_"
+            f"{groups}x{b_tiles}x16"
             f"_{kh}x{kw}_s{stride}_d{dh}x{dw}_c{channels}_{kt}")
     TensorIntrin.register(name, desc, impl, override=True)
     return name

@@ -431,13 +431,19 @@ class _AmxTile:
     reduction: int            # a matmul's K, a conv's input channels
     conv: tuple | None = None  # (kh, kw, stride, dilation h, dilation w)
     merged: bool = False      # a conv's taps along a row summed with their channels
+    # column tiles one intrinsic call computes (one tile configuration load for all), and a
+    # matmul's K block they take turns on (_column_groups)
+    column_group: int = 1
+    k_block: int = 0
 
     def intrinsic(self) -> str:
         if self.conv is None:
             return amx_intrinsics.register(self.kind, self.rows, self.a_tiles, self.b_tiles,
-                                           self.reduction, self.step)
+                                           self.reduction, self.step, self.column_group,
+                                           self.k_block)
         return amx_intrinsics.register_conv(self.kind, self.rows, self.a_tiles, self.b_tiles,
-                                            *self.conv, self.reduction, self.step, self.merged)
+                                            *self.conv, self.reduction, self.step, self.merged,
+                                            self.column_group)
 
 
 def _coefficient(expr, var) -> int | None:
@@ -527,7 +533,32 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
         return None
     a_tiles = 2 if rows % (2 * tile_rows) == 0 else 1
     b_tiles = 2 if channels % (2 * amx_intrinsics.LANES) == 0 else 1
-    return _AmxTile(fmt.name, tile_rows, a_tiles, b_tiles, step, k, conv, merged)
+    group, k_block = _column_groups(k, step, channels // (b_tiles * amx_intrinsics.LANES),
+                                    conv is not None)
+    return _AmxTile(fmt.name, tile_rows, a_tiles, b_tiles, step, k, conv, merged, group,
+                    k_block)
+
+
+# Column tiles of one intrinsic call, at most: the tile configuration (ldtilecfg) is loaded once
+# a call, and once per tile it cost a fifth of a 128 x 768 @ 768 x 3072 matmul. A matmul of a
+# short reduction (K up to AMX_SHORT_K) has its group's tiles take turns on blocks of
+# AMX_K_BLOCK values of K, so that the rows' block of the activation stays in L1 (each tile
+# read all of it from L2 before): that matmul 890 -> 1,080 GFLOP/s. A long reduction (K 3072,
+# N 768) ran slower blocked (1,093 -> 1,018), and its tiles each take all of K, one call each
+# (docs/design/measurements.md).
+AMX_COLUMN_GROUP = 4
+AMX_SHORT_K = 1024
+AMX_K_BLOCK = 256
+
+
+def _column_groups(k: int, step: int, column_tiles: int, conv: bool) -> tuple[int, int]:
+    """(column tiles a call, K block: 0 for all of K) of an AMX kernel (AMX_COLUMN_GROUP)."""
+    if not conv and k > AMX_SHORT_K:
+        return 1, 0
+    group = _largest_divisor(column_tiles, AMX_COLUMN_GROUP)
+    if conv or k <= AMX_K_BLOCK or k % AMX_K_BLOCK or AMX_K_BLOCK % step:
+        return group, 0
+    return group, AMX_K_BLOCK
 
 
 def _activation_channels(sch, block, weight) -> int | None:
@@ -541,10 +572,10 @@ def _activation_channels(sch, block, weight) -> int | None:
 
 
 def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> None:
-    """A packed bf16 or int8 matmul or conv on AMX tiles: parallel tiles of up to 2 x 16 rows and
-    2 x 16 columns, each one tensor intrinsic (amx_intrinsics) over the whole reduction, its
-    sums stored to the tile buffer and the epilogue applied from there, as in
-    _schedule_main."""
+    """A packed bf16 or int8 matmul or conv on AMX tiles: parallel tiles of up to 2 x 16 rows
+    and a group of 2 x 16-column tiles, each one tensor intrinsic (amx_intrinsics) over the
+    whole reduction, its sums stored to the tile buffer and the epilogue applied from there,
+    as in _schedule_main."""
     name = tile.intrinsic()
     x86.request_amx()  # kernels may run in this process (constant folding, tests)
     block = main.block_rv
@@ -554,8 +585,8 @@ def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> N
     reduce = [loop for loop, kd in zip(loops, kinds) if kd == "R"]
     if len(spatial) < 2:
         spatial.insert(0, sch.add_unit_loop(spatial[0]))
-    block_out, columns = sch.split(spatial[-1],
-                                   factors=[None, tile.b_tiles * amx_intrinsics.LANES])
+    block_out, columns = sch.split(spatial[-1], factors=[
+        None, tile.column_group * tile.b_tiles * amx_intrinsics.LANES])
     row_out, row_in = sch.split(spatial[-2], factors=[None, tile.a_tiles * tile.rows])
     outer = spatial[:-2]
     pixels = kernel.pixels if kernel.pixels is not None else pixels_first(sch, block, kernel.fmt)

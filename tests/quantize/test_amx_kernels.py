@@ -1,8 +1,11 @@
-"""The packed bf16 matmul on AMX tiles (compiler/default_schedules/amx_intrinsics.py, chosen
-by PackedDot for targets with AMX-BF16) against numpy on the same bfloat16-rounded operands:
-2x2, 2x1 and 1x1 tiles of 16, 8 and 12 rows, reductions whose step is under 32 values, a
-batch axis, padded output channels cropped in the kernel, an epilogue, and guard elements
-past the output left untouched. Shapes without a tile keep the vector kernel."""
+"""The packed bf16 and int8 contractions on AMX tiles (compiler/default_schedules/
+amx_intrinsics.py, chosen by PackedDot and Attention for targets with AMX) against numpy on the
+same bfloat16-rounded operands or integers: matmuls with 2x2, 2x1 and 1x1 tiles of 16, 8 and 12
+rows, reductions whose step is under a tile row, column tiles grouped over K blocks, a batch
+axis, padded output channels cropped in the kernel, an epilogue; convs (3x3, strided,
+dilated, 1x1, 1 x k, a 3-channel stem and a patch embedding with taps merged into the
+reduction); the attention kernel; guard elements past every output left untouched. Shapes
+without a tile keep the vector kernel."""
 
 import ml_dtypes
 import numpy as np
@@ -38,7 +41,9 @@ def _matmul_func(lead, m, kdim, n):
 
 @pytest.mark.parametrize("lead,m,kdim,n", [((), 32, 64, 64), ((2,), 16, 96, 48),
                                            ((), 24, 40, 32), ((), 8, 256, 1000),
-                                           ((), 64, 24, 16)])
+                                           ((), 64, 24, 16),
+                                           # 4 column tiles a call taking turns on 2 K blocks
+                                           ((), 32, 512, 256)])
 def test_amx_matmul_matches_numpy(lead, m, kdim, n):
     func, w, packed = _matmul_func(lead, m, kdim, n)
     lib = build_scheduled(PackedDot(), func, AMX_TARGET, "tdpbf16ps")
