@@ -25,9 +25,10 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from aotc.targets import bf16_dot
+from aotc.targets import amx_bf16, bf16_dot
 
 from .. import attention_kernels, dot_kernels
+from ..default_schedules.cpu_attention import AMX_TASK_ROWS
 from ..passes.fusion.attention import PATTERN_NAME
 from ..relax_walk import mutate_functions, one_value, op_name
 
@@ -80,11 +81,26 @@ def _parts(func: relax.Function) -> dict | None:
     return None
 
 
+def _amx_rows(rows: int | None, mask) -> int | None:
+    """On AMX, the query rows a static count is padded to: a multiple of the 16-row tasks of
+    cpu_attention (FuseAttention pads to 8; ViT's 197 tokens are 200, whose tasks of 8 rows ran
+    half-height tiles); None where it already is one, the rows are symbolic, or a mask has
+    rows of its own (the padded rows would read past it)."""
+    if rows is None or rows % AMX_TASK_ROWS == 0:
+        return None
+    mask_rows = _static_dim(mask, -2) if mask is not None and \
+        len(getattr(getattr(mask.ty, "shape", None), "values", [])) >= 2 else 1
+    if mask_rows != 1:
+        return None
+    return -(-rows // AMX_TASK_ROWS) * AMX_TASK_ROWS
+
+
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
+    def __init__(self, mod: tvm.IRModule, amx: bool):
         super().__init__(mod)
         self.mod = mod
+        self.amx = amx
         self.kernels: set = set()
 
     def _bound(self, expr, params: dict):
@@ -119,6 +135,12 @@ class _Rewriter(relax.PyExprMutator):
         mask = None if parts["mask"] is None else self._bound(parts["mask"], params)
         bb = self.builder_
         qb = bb.emit_te(dot_kernels.to_bf16_bits, q, primfunc_name_hint="to_bf16")
+        rows = _static_dim(q, -2)
+        padded = _amx_rows(rows, mask) if self.amx else None
+        if padded is not None:  # zero query rows (bf16 +0.0), their results sliced off
+            widths = [0] * (2 * len(q.ty.shape.values))
+            widths[-3] = padded - rows
+            qb = bb.emit(relax.op.nn.pad(qb, widths))
         kp = bb.emit_te(attention_kernels.pack_keys, kt, primfunc_name_hint="pack_keys_bf16")
         vp = bb.emit_te(attention_kernels.pack_values, v,
                         primfunc_name_hint="pack_values_bf16")
@@ -128,6 +150,9 @@ class _Rewriter(relax.PyExprMutator):
         # marked opaque once all are made: marked now, the next layer's identical kernel would
         # no longer match it and be added again
         self.kernels.add(bb.lookup_binding(out).args[0])
+        if padded is not None:
+            out = bb.emit(relax.op.strided_slice(out, axes=[len(q.ty.shape.values) - 2],
+                                                 begin=[0], end=[rows], assume_inbound=True))
         return out
 
 
@@ -145,7 +170,7 @@ class AttentionBF16:
             return mod
         if not any(_composite(f) for _, f in mod.functions_items()):
             return mod
-        rewriter = _Rewriter(mod)
+        rewriter = _Rewriter(mod, bool(amx_bf16(target)))
         out = mutate_functions(mod, rewriter)
         for gv in rewriter.kernels:
             out[gv] = out[gv].with_attr("op_pattern", _OPAQUE)

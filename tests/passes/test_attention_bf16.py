@@ -219,3 +219,34 @@ def test_the_attention_rule_tensorizes_both_products(rows, keys, depth):
 def _runs_bf16() -> bool:
     from aotc.targets import x86
     return x86._BF16_FLAGS <= x86.cpu_flags()
+
+
+AMX_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
+
+
+def test_amx_pads_query_rows_to_its_tasks():
+    """On AMX, 197 queries (200 after FuseAttention) are padded to 208, whole 16-row tasks of
+    the attention kernel's AMX tiles, and the result's rows sliced back; the numbers stay
+    those of the float32 chain. A mask with rows of its own keeps the 200."""
+    before = _fused(queries=197, keys=197, scale=("multiply", 0.125))
+    with AMX_TARGET:
+        after = AttentionBF16(True)(before)
+    script = after.script()
+    assert "R.nn.pad" in script and "R.strided_slice" in script
+    attention = after[after.get_global_var("attention_bf16")]
+    assert [int(d) for d in attention.params[0].shape][-2] == 208  # a TIR buffer
+    arrays = _arrays(before)
+    assert_matches(_run(after, arrays), _run(before, arrays), 0.9999, 0.02)
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((1, 2, 200, 16), "float32"))
+    kt = relax.Var("kt", relax.TensorType((1, 2, 16, 208), "float32"))
+    v = relax.Var("v", relax.TensorType((1, 2, 208, 16), "float32"))
+    mask = relax.Var("mask", relax.TensorType((1, 1, 200, 208), "float32"))
+    with bb.function("main", [q, kt, v, mask]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.add(bb.emit(relax.op.matmul(q, kt)), mask))
+            out = bb.emit_output(relax.op.matmul(bb.emit(relax.op.nn.softmax(s, axis=-1)), v))
+        bb.emit_func_output(out)
+    with AMX_TARGET:
+        masked = AttentionBF16(True)(FuseAttention()(bb.get()))
+    assert "R.nn.pad" not in masked.script()
