@@ -1,6 +1,6 @@
-"""int8, bf16 and fp16 vs float32: aotc's int8 (calibrated static quantization, VNNI kernels),
-bf16 (--precision bf16: vdpbf16ps kernels for the layers with 2 MB of weight or more per output
-row), fp16 (--precision fp16: vfmadd231ph kernels, float16 sums; where the host has
+"""int8, bf16 and fp16 vs float32: aotc's int8 (calibrated static quantization: VNNI kernels,
+or AMX tiles where the host has AMX-INT8), bf16 (--precision bf16: vdpbf16ps kernels, or AMX
+tiles), fp16 (--precision fp16: vfmadd231ph kernels, float16 sums; where the host has
 AVX512-FP16) and float32
 against onnxruntime's float32 and its own int8 (quantize_static QOperator per-channel for the
 CNNs, quantize_dynamic for the transformers), batch 1, same inputs, each engine in its own
@@ -31,6 +31,7 @@ from bench_models import (  # noqa: E402
     scratch_folder,
     source_model,
 )
+from peers import host, versions  # noqa: E402
 
 
 def _half_precisions() -> tuple[str, ...]:
@@ -232,7 +233,9 @@ def main() -> None:
     args = parser.parse_args()
     work = scratch_folder("aotc-quantize-")
     bench_all(args.models.split(","), lambda name: bench_model(name, work, args.rounds, args.runs),
-              _format, Path(args.out), _plot, {"rounds": args.rounds, "runs": args.runs})
+              _format, Path(args.out), _plot,
+              {"host": host(), "versions": versions(), "command": " ".join(["python", *sys.argv]),
+               "rounds": args.rounds, "runs": args.runs})
 
 
 if __name__ == "__main__":

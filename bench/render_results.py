@@ -200,6 +200,26 @@ def parallel_grain_table(data: dict) -> list[str]:
                     body)]
 
 
+def quantize_table(data: dict) -> list[str]:
+    """Milliseconds per precision and engine, int8's speed-ups, and each reduced precision's
+    cosine to its engine's float32 on held-out inputs."""
+    engines = ["aotc_fp32", "aotc_int8", "aotc_bf16", "aotc_fp16", "ort_fp32", "ort_int8"]
+    engines = [e for e in engines if any(f"{e}_ms" in r for r in data["rows"])]
+    speedups = ["speedup_vs_aotc_fp32", "speedup_vs_ort_fp32", "speedup_vs_ort_int8"]
+    times = [[r["model"], *(_f(r.get(f"{e}_ms")) for e in engines),
+              *(_f(r.get(k)) for k in speedups)] for r in data["rows"]]
+    accuracy = ["aotc_int8", "ort_int8", "aotc_bf16", "aotc_fp16"]
+    cosines = [[r["model"], *(_f((r.get(f"{a}_accuracy") or {}).get("cosine"), 5)
+                              for a in accuracy)] for r in data["rows"]]
+    return [f"Batch 1, median of {data['runs']} runs in a fresh process per engine, "
+            f"{data['rounds']} alternated rounds; aotc int8's speed-up over each (median of "
+            "per-round ratios).", "",
+            *_table(["model", *(f"{e} ms" for e in engines),
+                     *(f"int8 {k.replace('speedup_vs_', 'vs ')}" for k in speedups)], times),
+            "", "Cosine of each reduced precision's output to its engine's float32 on held-out "
+            "inputs:", "", *_table(["model", *accuracy], cosines)]
+
+
 def call_overhead_table(data: dict) -> list[str]:
     """Whole-call latency of models whose kernels take microseconds, per engine."""
     engines = [e for e in ENGINE_NAMES if any(f"{e}_us" in r for r in data["rows"])]
@@ -248,6 +268,8 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_spr_before_amx": (
         "Sapphire Rapids host (AMX) before aotc's AMX kernels: bf16 on vdpbf16ps", peers_table),
     "peers_amx": ("Sapphire Rapids host: bf16 matmuls and convs on AMX tiles", peers_table),
+    "quantize_amx": ("Sapphire Rapids host: int8, bf16 and fp16 against float32 and "
+                     "onnxruntime's int8, AMX kernels", quantize_table),
     "generate": ("Generation with a KV cache", generate_table),
     "generate_avx2": ("AVX2 host: generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
