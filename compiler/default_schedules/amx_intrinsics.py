@@ -15,9 +15,9 @@ of a reduction step (rows x up to 64 bytes), tmm6-7 the B tiles. Each call loads
 configuration (``ldtilecfg``): it belongs to the thread, and the kernel's parallel tiles run on
 TVM's worker threads.
 
-The descriptions are built from te, as dot_kernels builds the kernels (the same product), with
-the reduction's init removed (the kernel's is decomposed into a block of its own before
-tensorizing). The implementations use the immediate-operand forms of LLVM's AMX intrinsics
+The descriptions are built from te, as dot_kernels builds the kernels (the same product), the
+reduction's init included: each call starts its sums from zero (``tilezero``). The
+implementations use the immediate-operand forms of LLVM's AMX intrinsics
 (``llvm.x86.tileloadd64(i8 tmm, ...)``, clang's ``_tile_loadd``), which name the registers; the
 ``.internal`` forms would need LLVM's ``x86_amx`` type, which TIR cannot express.
 
@@ -84,11 +84,13 @@ def _tile_config(rows: int, step_bytes: int, b_rows: int) -> list[int]:
     return words
 
 
-def _without_init(func):
+def _description(func):
     """``func`` (te.create_prim_func of one reduction: loops and blocks) as a tensor
-    intrinsic's description: its reduction block's init removed and the block reading its own
-    sums (as a decomposed update does), its root block reading every parameter and writing
-    the last."""
+    intrinsic's description: the reduction block, init included, reading its own sums too (as
+    the kernel's block does once the schedule caches its writes), inside a root block that
+    reads the operands and writes the sums. With the init in the description, the kernel's
+    reduction is tensorized whole: the implementation starts its tiles of sums from zero
+    (``tilezero``), with no block of zeros written first and read back."""
     buffers = list(func.params)  # buffers, as TVM 0.27 gives a PrimFunc's parameters
     whole = [tirx.BufferRegion(b, [tvm.ir.Range.from_min_extent(0, d) for d in b.shape])
              for b in buffers]
@@ -99,13 +101,13 @@ def _without_init(func):
         if isinstance(stmt, s_tir.SBlockRealize):
             return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, rebuilt(stmt.block))
         if isinstance(stmt, s_tir.SBlock) and stmt.name_hint == "root":
-            return s_tir.SBlock(stmt.iter_vars, [whole[-1], *whole[:-1]], [whole[-1]], "root",
+            return s_tir.SBlock(stmt.iter_vars, whole[:-1], [whole[-1]], "root",
                                 rebuilt(stmt.body), None, stmt.alloc_buffers,
                                 stmt.match_buffers, stmt.annotations)
         if isinstance(stmt, s_tir.SBlock):
             return s_tir.SBlock(stmt.iter_vars, [*stmt.writes, *stmt.reads], stmt.writes,
-                                stmt.name_hint, rebuilt(stmt.body), None, stmt.alloc_buffers,
-                                stmt.match_buffers, stmt.annotations)
+                                stmt.name_hint, rebuilt(stmt.body), stmt.init,
+                                stmt.alloc_buffers, stmt.match_buffers, stmt.annotations)
         return stmt
     return func.with_body(rebuilt(func.body))
 
@@ -132,7 +134,7 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
     r = te.reduce_axis((0, k), "r")
     c = te.compute((m, n), lambda i, j: te.sum(fmt.product(
         a[i, r], b[j // LANES, r // group, j % LANES, r % group]), axis=[r]), name="update")
-    desc = _without_init(te.create_prim_func([a, b, c]))
+    desc = _description(te.create_prim_func([a, b, c]))
     words = _tile_config(rows, kt * spec.value_bytes, kt // group)
     operand, weight, acc, instruction = fmt.operand, fmt.weight, fmt.acc, spec.instruction
     a_bytes = spec.value_bytes
@@ -149,7 +151,7 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
                            strides=[sb0, sb1, sb2, 1], offset_factor=1)
         C = T.match_buffer(pc, (m, n), acc, strides=[sc, 1], offset_factor=1)
         with T.sblock("root"):
-            T.reads(C[0:m, 0:n], A[0:m, 0:k], B[0:n_blocks, 0:k // group, 0:LANES, 0:group])
+            T.reads(A[0:m, 0:k], B[0:n_blocks, 0:k // group, 0:LANES, 0:group])
             T.writes(C[0:m, 0:n])
             cfg = T.alloc_buffer((16,), "uint32", scope="local")
             for word in T.unroll(16):
@@ -165,10 +167,14 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
             for kb, g in T.grid(k // k_block, groups):
                 for ti in T.unroll(a_tiles):
                     for tj in T.unroll(b_tiles):
-                        T.evaluate(T.call_llvm_intrin(
-                            "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
-                            T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
-                            T.Cast("int64", sc * 4)))
+                        if kb == 0:
+                            T.evaluate(T.call_llvm_intrin(
+                                "void", "llvm.x86.tilezero", T.uint8(ti * b_tiles + tj)))
+                        else:  # the sums of the earlier K blocks, stored below
+                            T.evaluate(T.call_llvm_intrin(
+                                "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
+                                T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
+                                T.Cast("int64", sc * 4)))
                 for s in range(k_block // kt):
                     for ti in T.unroll(a_tiles):
                         T.evaluate(T.call_llvm_intrin(
@@ -237,7 +243,7 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
                                   b[o // LANES, th, tw, rc // group, o % LANES, rc % group]),
                       axis=axes)
     c = te.compute((m, n), update, name="update")
-    desc = _without_init(te.create_prim_func([a, b, c]))
+    desc = _description(te.create_prim_func([a, b, c]))
     words = _tile_config(rows, kt * spec.value_bytes, kt // group)
     operand, weight, acc, instruction = fmt.operand, fmt.weight, fmt.acc, spec.instruction
     a_bytes = spec.value_bytes
@@ -260,7 +266,7 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
                            strides=[sb0, sb1, sb2, sb3, sb4, 1], offset_factor=1)
         C = T.match_buffer(pc, (m, n), acc, strides=[sc, 1], offset_factor=1)
         with T.sblock("root"):
-            T.reads(C[0:m, 0:n], A[0:span_h, 0:span_w, 0:channels],
+            T.reads(A[0:span_h, 0:span_w, 0:channels],
                     B[0:n_blocks, 0:kh, 0:kw, 0:channels // group, 0:LANES, 0:group])
             T.writes(C[0:m, 0:n])
             cfg = T.alloc_buffer((16,), "uint32", scope="local")
@@ -275,12 +281,8 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
             cfg[13] = T.uint32(words[13])
             T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
             for g in range(groups):
-                for ti in T.unroll(a_tiles):
-                    for tj in T.unroll(b_tiles):
-                        T.evaluate(T.call_llvm_intrin(
-                            "void", "llvm.x86.tileloadd64", T.uint8(ti * b_tiles + tj),
-                            T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
-                            T.Cast("int64", sc * 4)))
+                for t in T.unroll(a_tiles * b_tiles):
+                    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(t)))
                 for th, tw, s in T.grid(kh, taps_w, steps):
                     for ti in T.unroll(a_tiles):
                         # merged: s * kt values past the row's first tap (its pixel's channels

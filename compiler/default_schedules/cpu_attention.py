@@ -241,10 +241,8 @@ class Attention(CpuRule):
                 sch.reverse_compute_inline(consumers[0])
             except ScheduleError:
                 pass
-        sch.decompose_reduction(scores.block_rv, score_rows)
         sch.tensorize(score_rows, amx_intrinsics.register(
             "bf16", task_rows, 1, score_width // LANES, dim, amx_intrinsics.step("bf16", dim)))
-        sch.decompose_reduction(out.block_rv, row_in)
         sch.tensorize(row_in, amx_intrinsics.register(
             "bf16", task_rows, 1, col_width // LANES, keys_count,
             amx_intrinsics.step("bf16", keys_count)))

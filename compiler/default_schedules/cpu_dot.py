@@ -604,9 +604,7 @@ def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> N
         schedule_injective_block(sch, crop, kernel.lanes)
     sch.reverse_compute_at(write_back, fused, preserve_unit_loops=True)
     _vectorize_write_back(sch, write_back, kernel.lanes)
-    init = sch.decompose_reduction(block, row_in)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.tensorize(row_in, name)
+    sch.tensorize(row_in, name)  # init included: the tiles start from zero
 
 
 # Fused pixels only for a tile that ranks this much higher: on AVX2, 2x2 -> 4x2 ranks 7%
