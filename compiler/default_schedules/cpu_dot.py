@@ -510,7 +510,9 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
     kinds = main.dom_kind()
     spatial = [_extent(sch, loop) for loop, k in zip(loops, kinds) if k == "S"]
     reduce = [_extent(sch, loop) for loop, k in zip(loops, kinds) if k == "R"]
-    if None in spatial or None in reduce:
+    # the tile's rows, columns and reduction static; outer axes may be symbolic (blocks of a
+    # sequence's rows: PrepackWeights)
+    if None in spatial[-2:] or None in reduce:
         return None
     conv = None
     if len(weight.shape) == 6:

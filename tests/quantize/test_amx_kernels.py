@@ -237,3 +237,29 @@ def test_amx_int8_matmul_matches_integers(lead, m, kdim, n):
                 got)
     np.testing.assert_array_equal(got.numpy(), want)
     check_guard(whole, want.shape)
+
+
+def test_amx_matmul_over_symbolic_row_blocks():
+    """A sequence of symbolic length arrives as symbolic blocks of 8 static rows
+    (PrepackWeights, ConvertBF16): the tiles take the static rows, the blocks are an outer
+    axis of the parallel loop; 1 and 5 blocks against numpy, with guard elements."""
+    blocks = te.var("blocks", "int64")
+    kdim, n = 96, 64
+    xt = te.placeholder((blocks, 8, kdim), "float32", "x")
+    w = RNG.standard_normal((kdim, n)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.BF16)
+    wt = te.placeholder(packed.shape, "uint16", "w")
+    acc = k.matmul(k.to_bf16_bits(xt), wt, n, 0)
+    out = te.compute(acc.shape, lambda *i: acc(*i) + 1.0, name="epilogue")
+    lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, out]), AMX_TARGET,
+                          "tdpbf16ps")
+    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
+        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
+    assert x86.request_amx()
+    for count in (1, 5):
+        x = RNG.standard_normal((count, 8, kdim)).astype(np.float32)
+        want = _rounded(x).astype(np.float64) @ _rounded(w) + 1
+        got, whole = guarded_output(want.shape)
+        lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
+        check_guard(whole, want.shape)
