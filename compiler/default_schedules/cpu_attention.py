@@ -11,7 +11,9 @@ whole number of vectors (FuseAttention pads it).
 The bf16 attention kernel (compiler/attention_kernels.py, ``--precision bf16``) gets the same
 schedule, with each product's lane loop tensorized onto ``vdpbf16ps`` (a pair of head-dim
 values a step for the scores, a pair of keys for the output) instead of vectorized; on a target
-without AVX512-BF16 the rule leaves it to the others."""
+without AVX512-BF16 the rule leaves it to the others. On AMX (``_schedule_amx``) both products
+are rows of AMX tiles instead, in tasks of 16 query rows (8 where the padded rows are not a
+multiple of 16; AttentionBF16 pads static ones to 16)."""
 
 from __future__ import annotations
 

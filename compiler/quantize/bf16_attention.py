@@ -16,9 +16,11 @@ Accuracy: the scores sum D products of bf16-rounded Q and K values in float32 (t
 as a bf16 projection of that depth); the softmax is float32; the probabilities are rounded to
 bf16 before the weighted sum of V, a relative error of at most 2^-9 each.
 
-Taken where the target has AVX512-BF16 (the kernel's schedule needs ``vdpbf16ps``) and the head
-dim is a multiple of 16; FuseAttention has already padded the key count to a multiple of 16.
-Elsewhere the float32 attention kernel stays."""
+Taken where the target has AVX512-BF16 (the kernel's schedule needs ``vdpbf16ps``, or AMX
+tiles where the target has them) and the head dim is a multiple of 16; FuseAttention has
+already padded the key count to a multiple of 16. On AMX, static query rows are padded further,
+to the 16-row tasks of the AMX schedule (_amx_rows). Elsewhere the float32 attention kernel
+stays."""
 
 from __future__ import annotations
 
