@@ -55,4 +55,9 @@ if __name__ in ("__main__", "__mp_main__") and "tvm" not in sys.modules:
 if __name__ == "__main__":
     from tvm.exec import popen_worker
 
+    from aotc.targets import x86
+
+    # the kernels this worker builds and times may use AMX tiles, which Linux hands to a
+    # process only when it asks (targets/x86.py; a no-op without AMX)
+    x86.request_amx()
     popen_worker.main()

@@ -263,3 +263,44 @@ def test_amx_matmul_over_symbolic_row_blocks():
         lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
         check_guard(whole, want.shape)
+
+
+# run in a TVM worker (exec: a builtin, which the worker unpickles without this test module)
+_RUN_LIBRARY = """
+import numpy as np, tvm
+module = tvm.runtime.load_module(LIBRARY)
+out = tvm.runtime.empty((32, 64), "float32")
+module["main"](tvm.runtime.tensor(np.full((32, 64), 0x3F80, np.uint16)),
+               tvm.runtime.tensor(np.load(WEIGHT)), out)
+np.save(RESULT, out.numpy())
+"""
+
+
+def test_tvm_workers_may_run_amx_kernels(tmp_path):
+    """The tuner times kernels in TVM's worker processes, which export the kernel without
+    aotc's load-time request for AMX state: a fresh process running one dies with SIGILL.
+    aotc's workers (aotc.popen_worker) ask for the state when they start."""
+    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
+        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
+    from tvm.support.popen_pool import PopenWorker
+
+    from aotc.popen_worker import start_tvm_workers_here
+    xt = te.placeholder((32, 64), "uint16", "x")
+    packed = k.pack_matmul_weight(np.ones((64, 64), np.float32), k.BF16)
+    wt = te.placeholder(packed.shape, "uint16", "w")
+    lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, k.matmul(xt, wt, 64, 0)]),
+                          AMX_TARGET, "tdpbf16ps")
+    library, weight = tmp_path / "amx.so", tmp_path / "w.npy"
+    lib.export_library(str(library))
+    np.save(weight, packed)
+    start_tvm_workers_here()
+    result = tmp_path / "out.npy"
+    code = _RUN_LIBRARY.replace("LIBRARY", repr(str(library))).replace(
+        "WEIGHT", repr(str(weight))).replace("RESULT", repr(str(result)))
+    worker = PopenWorker()
+    try:
+        worker.send(exec, [code])
+        worker.recv()
+    finally:
+        worker.kill()
+    np.testing.assert_array_equal(np.load(result), 64.0)  # 64 products of ones each
