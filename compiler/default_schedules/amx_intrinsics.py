@@ -112,6 +112,44 @@ def _description(func):
     return func.with_body(rebuilt(func.body))
 
 
+def _tile_macros(rows: int, a_tiles: int, b_tiles: int, words: list[int], instruction: str):
+    """TVMScript macros every implementation shares: load the tile configuration ``words``
+    (_tile_config), multiply the A tiles by the B tiles into the sums, store the sums of
+    column group ``g`` to C (row stride ``sc`` floats or int32s)."""
+
+    @T.macro
+    def configure():
+        cfg = T.alloc_buffer((16,), "uint32", scope="local")
+        for word in T.unroll(16):
+            cfg[word] = T.uint32(0)
+        cfg[0] = T.uint32(words[0])
+        cfg[4] = T.uint32(words[4])
+        cfg[5] = T.uint32(words[5])
+        cfg[6] = T.uint32(words[6])
+        cfg[7] = T.uint32(words[7])
+        cfg[12] = T.uint32(words[12])
+        cfg[13] = T.uint32(words[13])
+        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
+
+    @T.macro
+    def multiply():
+        for ti in T.unroll(a_tiles):
+            for tj in T.unroll(b_tiles):
+                T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(ti * b_tiles + tj),
+                                              T.uint8(4 + ti), T.uint8(6 + tj)))
+
+    @T.macro
+    def store(C, sc, g):
+        for ti in T.unroll(a_tiles):
+            for tj in T.unroll(b_tiles):
+                T.evaluate(T.call_llvm_intrin(
+                    "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
+                    T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
+                    T.Cast("int64", sc * 4)))
+
+    return configure, multiply, store
+
+
 @functools.cache
 def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
              groups: int = 1, k_block: int = 0) -> str:
@@ -135,8 +173,10 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
     c = te.compute((m, n), lambda i, j: te.sum(fmt.product(
         a[i, r], b[j // LANES, r // group, j % LANES, r % group]), axis=[r]), name="update")
     desc = _description(te.create_prim_func([a, b, c]))
-    words = _tile_config(rows, kt * spec.value_bytes, kt // group)
-    operand, weight, acc, instruction = fmt.operand, fmt.weight, fmt.acc, spec.instruction
+    configure, multiply, store = _tile_macros(
+        rows, a_tiles, b_tiles, _tile_config(rows, kt * spec.value_bytes, kt // group),
+        spec.instruction)
+    operand, weight, acc = fmt.operand, fmt.weight, fmt.acc
     a_bytes = spec.value_bytes
 
     @top_level.prim_func(s_tir=True)
@@ -153,17 +193,7 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
         with T.sblock("root"):
             T.reads(A[0:m, 0:k], B[0:n_blocks, 0:k // group, 0:LANES, 0:group])
             T.writes(C[0:m, 0:n])
-            cfg = T.alloc_buffer((16,), "uint32", scope="local")
-            for word in T.unroll(16):
-                cfg[word] = T.uint32(0)
-            cfg[0] = T.uint32(words[0])
-            cfg[4] = T.uint32(words[4])
-            cfg[5] = T.uint32(words[5])
-            cfg[6] = T.uint32(words[6])
-            cfg[7] = T.uint32(words[7])
-            cfg[12] = T.uint32(words[12])
-            cfg[13] = T.uint32(words[13])
-            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
+            configure()
             for kb, g in T.grid(k // k_block, groups):
                 for ti in T.unroll(a_tiles):
                     for tj in T.unroll(b_tiles):
@@ -186,17 +216,8 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
                             "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
                             T.address_of(B[g * b_tiles + tj, (kb * k_block + s * kt) // group,
                                            0, 0]), T.int64(TILE_BYTES)))
-                    for ti in T.unroll(a_tiles):
-                        for tj in T.unroll(b_tiles):
-                            T.evaluate(T.call_llvm_intrin(
-                                "void", instruction, T.uint8(ti * b_tiles + tj),
-                                T.uint8(4 + ti), T.uint8(6 + tj)))
-                for ti in T.unroll(a_tiles):
-                    for tj in T.unroll(b_tiles):
-                        T.evaluate(T.call_llvm_intrin(
-                            "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
-                            T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
-                            T.Cast("int64", sc * 4)))
+                    multiply()
+                store(C, sc, g)
 
     name = f"aotc_amx_{kind}_{a_tiles}x{rows}_{groups}x{b_tiles}x16_k{k}_{k_block}_{kt}"
     TensorIntrin.register(name, desc, impl, override=True)
@@ -244,8 +265,10 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
                       axis=axes)
     c = te.compute((m, n), update, name="update")
     desc = _description(te.create_prim_func([a, b, c]))
-    words = _tile_config(rows, kt * spec.value_bytes, kt // group)
-    operand, weight, acc, instruction = fmt.operand, fmt.weight, fmt.acc, spec.instruction
+    configure, multiply, store = _tile_macros(
+        rows, a_tiles, b_tiles, _tile_config(rows, kt * spec.value_bytes, kt // group),
+        spec.instruction)
+    operand, weight, acc = fmt.operand, fmt.weight, fmt.acc
     a_bytes = spec.value_bytes
     steps = (kw * channels if merged else channels) // kt
     taps_w = 1 if merged else kw  # tap loops inside a row: none where merged
@@ -269,17 +292,7 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
             T.reads(A[0:span_h, 0:span_w, 0:channels],
                     B[0:n_blocks, 0:kh, 0:kw, 0:channels // group, 0:LANES, 0:group])
             T.writes(C[0:m, 0:n])
-            cfg = T.alloc_buffer((16,), "uint32", scope="local")
-            for word in T.unroll(16):
-                cfg[word] = T.uint32(0)
-            cfg[0] = T.uint32(words[0])
-            cfg[4] = T.uint32(words[4])
-            cfg[5] = T.uint32(words[5])
-            cfg[6] = T.uint32(words[6])
-            cfg[7] = T.uint32(words[7])
-            cfg[12] = T.uint32(words[12])
-            cfg[13] = T.uint32(words[13])
-            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
+            configure()
             for g in range(groups):
                 for t in T.unroll(a_tiles * b_tiles):
                     T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(t)))
@@ -297,17 +310,8 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
                             "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
                             T.address_of(B[g * b_tiles + tj, th, tw, s * (kt // group), 0, 0]),
                             T.int64(TILE_BYTES)))
-                    for ti in T.unroll(a_tiles):
-                        for tj in T.unroll(b_tiles):
-                            T.evaluate(T.call_llvm_intrin(
-                                "void", instruction, T.uint8(ti * b_tiles + tj),
-                                T.uint8(4 + ti), T.uint8(6 + tj)))
-                for ti in T.unroll(a_tiles):
-                    for tj in T.unroll(b_tiles):
-                        T.evaluate(T.call_llvm_intrin(
-                            "void", "llvm.x86.tilestored64", T.uint8(ti * b_tiles + tj),
-                            T.address_of(C[ti * rows, (g * b_tiles + tj) * LANES]),
-                            T.Cast("int64", sc * 4)))
+                    multiply()
+                store(C, sc, g)
 
     name = (f"aotc_amx_{kind}_conv{'_merged' if merged else ''}_{a_tiles}x{rows}_"
             f"{groups}x{b_tiles}x16"
