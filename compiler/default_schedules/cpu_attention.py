@@ -117,6 +117,41 @@ def _amx_shapes(sch, rows, keys, cols) -> tuple[int, int, int] | None:
     return task_rows, key_count, dim
 
 
+def _write_output_at(sch, out, epilogues, loop, lanes: int) -> bool:
+    """The output product's tile written back under ``loop``, the epilogues inlined into the
+    write-back; False where an epilogue cannot be."""
+    write_back = sch.cache_write(out.block_rv, 0, "global")
+    for block in epilogues:
+        try:
+            sch.reverse_compute_inline(block.block_rv)
+        except ScheduleError:
+            return False
+    sch.reverse_compute_at(write_back, loop, preserve_unit_loops=True)
+    schedule_injective_tail(sch, write_back, lanes)
+    return True
+
+
+def _rows_under_task(sch, task, scores, out, middle, lanes: int) -> None:
+    """The scores and the softmax computed under the parallel task, for its rows. The
+    probabilities the output product reads are kept (inlined, each key of the product would
+    divide by the row sum again)."""
+    out_name = sch.get(out.block_rv).name_hint
+    kept = inline_single_reader_blocks(
+        sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
+                                            for c in sch.get_consumers(block)))
+    compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
+
+
+def _inline_score_adjustments(sch, write_back) -> None:
+    """The scale and mask applied as the score tile is written (one pass less over the rows)."""
+    consumers = sch.get_consumers(write_back)
+    if len(consumers) == 1 and not is_reduction(sch, consumers[0]):
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except ScheduleError:
+            pass
+
+
 class Attention(CpuRule):
     """See the module docstring."""
 
@@ -138,9 +173,9 @@ class Attention(CpuRule):
                 not divisible(sch, keys, lanes) or \
                 (_extent(sch, rows) is None and not divisible(sch, rows, ROWS)):
             return None
-        if bf16 and amx_bf16(target) and _amx_shapes(sch, rows, keys, cols) is not None:
-            return self._schedule_amx(sch, scores, out, middle, epilogues, lanes,
-                                      _amx_shapes(sch, rows, keys, cols))
+        amx = _amx_shapes(sch, rows, keys, cols) if bf16 and amx_bf16(target) else None
+        if amx is not None:
+            return self._schedule_amx(sch, scores, out, middle, epilogues, lanes, amx)
         task_rows = rows_per_task(sch, batch, rows, keys, cols, target)
         row_out, row_in = sch.split(rows, factors=[None, task_rows])
         registers = simd(target)[1]
@@ -165,32 +200,13 @@ class Attention(CpuRule):
                     *([pair] if bf16 else []))
         task = sch.fuse(*batch, row_out)
         sch.parallel(task)
-        write_back = sch.cache_write(out.block_rv, 0, "global")
-        for block in epilogues:
-            try:
-                sch.reverse_compute_inline(block.block_rv)
-            except ScheduleError:
-                return None
         # at the row tile: the accumulators are indexed by constants after unrolling, so LLVM
         # keeps them in registers
-        sch.reverse_compute_at(write_back, row_sub, preserve_unit_loops=True)
-        schedule_injective_tail(sch, write_back, lanes)
-        # Keep the probabilities the output product reads (inlined, each key of the product
-        # would divide by the row sum again).
-        out_name = sch.get(out.block_rv).name_hint
-        kept = inline_single_reader_blocks(
-            sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
-                                                for c in sch.get_consumers(block)))
-        compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
-        write_back = self._tile_scores(sch, scores.block_rv, lanes, tile_rows, bf16,
-                                       registers if in_register else None)
-        # the scale and mask applied as the tile is written (one pass less over the rows)
-        consumers = sch.get_consumers(write_back)
-        if len(consumers) == 1 and not is_reduction(sch, consumers[0]):
-            try:
-                sch.reverse_compute_inline(consumers[0])
-            except ScheduleError:
-                pass
+        if not _write_output_at(sch, out, epilogues, row_sub, lanes):
+            return None
+        _rows_under_task(sch, task, scores, out, middle, lanes)
+        _inline_score_adjustments(sch, self._tile_scores(
+            sch, scores.block_rv, lanes, tile_rows, bf16, registers if in_register else None))
         sch.unroll(row_in)
         sch.unroll(col_out)
         if not bf16:
@@ -216,19 +232,9 @@ class Attention(CpuRule):
         sch.reorder(*batch, row_out, col_tiles, row_in, col_in, keys)
         task = sch.fuse(*batch, row_out)
         sch.parallel(task)
-        write_back = sch.cache_write(out.block_rv, 0, "global")
-        for block in epilogues:
-            try:
-                sch.reverse_compute_inline(block.block_rv)
-            except ScheduleError:
-                return None
-        sch.reverse_compute_at(write_back, col_tiles, preserve_unit_loops=True)
-        schedule_injective_tail(sch, write_back, lanes)
-        out_name = sch.get(out.block_rv).name_hint
-        kept = inline_single_reader_blocks(
-            sch, middle, keep=lambda block: any(sch.get(c).name_hint == out_name
-                                                for c in sch.get_consumers(block)))
-        compute_rows_under(sch, task, kept, lanes, first=[scores.block_rv])
+        if not _write_output_at(sch, out, epilogues, col_tiles, lanes):
+            return None
+        _rows_under_task(sch, task, scores, out, middle, lanes)
         # the scores: rows x a tile of keys, over the head dim
         score_rows, score_cols, depth = sch.get_loops(scores.block_rv)[-3:]
         score_width = _amx_columns(keys_count)
@@ -237,12 +243,7 @@ class Attention(CpuRule):
         score_back = sch.cache_write(scores.block_rv, 0, "global")
         sch.reverse_compute_at(score_back, score_tiles, preserve_unit_loops=True)
         schedule_injective_tail(sch, score_back, lanes)
-        consumers = sch.get_consumers(score_back)
-        if len(consumers) == 1 and not is_reduction(sch, consumers[0]):
-            try:
-                sch.reverse_compute_inline(consumers[0])
-            except ScheduleError:
-                pass
+        _inline_score_adjustments(sch, score_back)
         sch.tensorize(score_rows, amx_intrinsics.register(
             "bf16", task_rows, 1, score_width // LANES, dim, amx_intrinsics.step("bf16", dim)))
         sch.tensorize(row_in, amx_intrinsics.register(
