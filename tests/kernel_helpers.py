@@ -20,6 +20,40 @@ def build_scheduled(rule, func, target: tvm.target.Target, instruction: str | No
     return lib
 
 
+def conv_reference(x, w, stride: int, pad, dilation: int, pad_value=0, dtype=np.float64):
+    """NHWC conv2d of ``x`` and HWIO ``w`` in ``dtype`` (float64, or int64 for integer
+    kernels): padding ``pad`` (one int, or (rows, columns)) filled with ``pad_value``."""
+    ph, pw = (pad, pad) if isinstance(pad, int) else pad
+    xp = np.pad(x.astype(dtype), ((0, 0), (ph, ph), (pw, pw), (0, 0)),
+                constant_values=pad_value)
+    kh, kw, _, oc = w.shape
+    oh = (xp.shape[1] - (kh - 1) * dilation - 1) // stride + 1
+    ow = (xp.shape[2] - (kw - 1) * dilation - 1) // stride + 1
+    out = np.zeros((x.shape[0], oh, ow, oc), dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out += xp[:, i * dilation:i * dilation + oh * stride:stride,
+                      j * dilation:j * dilation + ow * stride:stride, :] @ w[i, j].astype(dtype)
+    return out
+
+
+def bf16_attention_kernel(rows: int, keys: int, depth: int):
+    """(the bf16 attention kernel of compiler/attention_kernels.py for one batch of 2 heads,
+    scores scaled by 0.125 with a mask over the keys, as an unscheduled PrimFunc; the shapes
+    of its inputs qb, kp, vp and mask)."""
+    from tvm import te
+
+    from aotc.compiler import attention_kernels
+    qb = te.placeholder((1, 2, rows, depth), "uint16", "qb")
+    kp = te.placeholder((1, 2, keys // 16, depth // 2, 16, 2), "uint16", "kp")
+    vp = te.placeholder((1, 2, depth // 16, keys // 2, 16, 2), "uint16", "vp")
+    mask = te.placeholder((1, 1, 1, keys), "float32", "mask")
+    out = attention_kernels.attention(qb, kp, vp, mask, 0.125, False, None)
+    inputs = [qb, kp, vp, mask]
+    return (te.create_prim_func([*inputs, out]),
+            [[int(d) for d in t.shape] for t in inputs])
+
+
 def guarded_output(shape, dtype="float32"):
     """(view of ``shape``, the whole buffer) with GUARD sentinel elements behind the view."""
     whole = tvm.runtime.tensor(np.full(int(np.prod(shape)) + GUARD, SENTINEL, dtype))

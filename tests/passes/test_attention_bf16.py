@@ -186,22 +186,17 @@ def test_the_attention_rule_tensorizes_both_products(rows, keys, depth):
     """The Attention rule takes the bf16 kernel for key counts and head dims that are not a
     multiple of its 4-vector tiles (5 and 13 vectors), each product on vdpbf16ps, and the
     kernel it builds computes what the unscheduled one does."""
-    from tvm import s_tir, te
+    from kernel_helpers import bf16_attention_kernel
+    from tvm import s_tir
 
     from aotc.compiler.default_schedules.cpu_attention import Attention
     from aotc.compiler.default_schedules.dot_intrinsics import BF16_FUNCTION
-    qb = te.placeholder((1, 2, rows, depth), "uint16", "qb")
-    kp = te.placeholder((1, 2, keys // 16, depth // 2, 16, 2), "uint16", "kp")
-    vp = te.placeholder((1, 2, depth // 16, keys // 2, 16, 2), "uint16", "vp")
-    mask = te.placeholder((1, 1, 1, keys), "float32", "mask")
-    out = attention_kernels.attention(qb, kp, vp, mask, 0.125, False, None)
-    func = te.create_prim_func([qb, kp, vp, mask, out])
+    func, shapes = bf16_attention_kernel(rows, keys, depth)
     sch = Attention().schedule(s_tir.Schedule(func), BF16_TARGET)
     assert sch is not None
     assert sch.mod.script().count(BF16_FUNCTION) == 2
-    shapes = [[int(d) for d in t.shape] for t in (qb, kp, vp)]
     arrays = [dot_kernels.bf16_bits(RNG.standard_normal(shape).astype(np.float32))
-              for shape in shapes] + [np.zeros((1, 1, 1, keys), np.float32)]
+              for shape in shapes[:3]] + [np.zeros(shapes[3], np.float32)]
     results = []
     for mod, target in ((sch.mod, BF16_TARGET), (tvm.IRModule({"main": func}), PLAIN_TARGET)):
         if target is BF16_TARGET and not _runs_bf16():

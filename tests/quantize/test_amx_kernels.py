@@ -11,7 +11,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tvm
-from kernel_helpers import build_scheduled, check_guard, guarded_output
+from kernel_helpers import (
+    bf16_attention_kernel,
+    build_scheduled,
+    check_guard,
+    conv_reference,
+    guarded_output,
+)
 from tvm import te
 
 from aotc.compiler import dot_kernels as k
@@ -23,6 +29,27 @@ AMX_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-c
 RNG = np.random.default_rng(0)
 runs_amx = pytest.mark.skipif(not {"amx_tile", "amx_bf16"} <= x86.cpu_flags(),
                               reason="this CPU has no AMX-BF16 to run the kernels on")
+
+
+def _skip_unless_amx(kind: str) -> None:
+    """Skip the rest of a test (its run) on a CPU without AMX for ``kind`` ("bf16", "int8");
+    else ask Linux for this process's AMX state."""
+    if not {"amx_tile", f"amx_{kind}"} <= x86.cpu_flags():
+        pytest.skip(f"this CPU has no AMX-{kind.upper()} to run the kernel on")
+    assert x86.request_amx()
+
+
+def _check_run(lib, inputs, want) -> None:
+    """Run ``lib`` on ``inputs`` into an output with guard elements behind it: float32 sums
+    within 1e-5 relative (1e-4 absolute) of ``want``, int32 ones equal; the guard untouched."""
+    integer = np.issubdtype(want.dtype, np.integer)
+    got, whole = guarded_output(want.shape, "int32" if integer else "float32")
+    lib["main"](*[tvm.runtime.tensor(a) for a in inputs], got)
+    if integer:
+        np.testing.assert_array_equal(got.numpy(), want)
+    else:
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
+    check_guard(whole, want.shape)
 
 
 def _rounded(values):
@@ -49,28 +76,10 @@ def test_amx_matmul_matches_numpy(lead, m, kdim, n):
     lib = build_scheduled(PackedDot(), func, AMX_TARGET, "tdpbf16ps")
     asm = lib.mod.inspect_source("asm")
     assert "ldtilecfg" in asm and "tilestored" in asm
-    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
-        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
-    assert x86.request_amx()
+    _skip_unless_amx("bf16")
     x = RNG.standard_normal((*lead, m, kdim)).astype(np.float32)
     want = (_rounded(x).astype(np.float64) @ _rounded(w)) * 2 + 1
-    got, whole = guarded_output(want.shape)
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
-    check_guard(whole, want.shape)
-
-
-def _conv_reference(x, w, stride, pad, dilation):
-    xp = np.pad(x.astype(np.float64), ((0, 0), (pad[0], pad[0]), (pad[1], pad[1]), (0, 0)))
-    kh, kw, _, oc = w.shape
-    oh = (xp.shape[1] - (kh - 1) * dilation - 1) // stride + 1
-    ow = (xp.shape[2] - (kw - 1) * dilation - 1) // stride + 1
-    out = np.zeros((x.shape[0], oh, ow, oc))
-    for i in range(kh):
-        for j in range(kw):
-            out += xp[:, i * dilation:i * dilation + oh * stride:stride,
-                      j * dilation:j * dilation + ow * stride:stride, :] @ w[i, j]
-    return out
+    _check_run(lib, [x, packed], want)
 
 
 # (input NHWC, kernel, output channels, stride, padding, dilation): 3x3 (2x2 and 1x2 tiles
@@ -98,14 +107,9 @@ def test_amx_conv_matches_numpy(shape, kernel, oc, stride, pad, dilation):
     out = te.compute(acc.shape, lambda *i: tvm.te.max(acc(*i), 0.0), name="relu")
     lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, out]), AMX_TARGET,
                           "tdpbf16ps")
-    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
-        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
-    assert x86.request_amx()
-    want = np.maximum(_conv_reference(_rounded(x), _rounded(w), stride, pad, dilation), 0)
-    got, whole = guarded_output(want.shape)
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
-    check_guard(whole, want.shape)
+    _skip_unless_amx("bf16")
+    want = np.maximum(conv_reference(_rounded(x), _rounded(w), stride, pad, dilation), 0)
+    _check_run(lib, [x, packed], want)
 
 
 @pytest.mark.parametrize("m,kdim", [(6, 64), (16, 6), (5, 31)])
@@ -139,24 +143,16 @@ def test_amx_attention_matches_the_unscheduled_kernel(rows, keys, depth):
     numbers as the unscheduled kernel on the same bf16 operands."""
     from tvm import s_tir
 
-    from aotc.compiler import attention_kernels
     from aotc.compiler.default_schedules.cpu_attention import Attention
-    qb = te.placeholder((1, 2, rows, depth), "uint16", "qb")
-    kp = te.placeholder((1, 2, keys // 16, depth // 2, 16, 2), "uint16", "kp")
-    vp = te.placeholder((1, 2, depth // 16, keys // 2, 16, 2), "uint16", "vp")
-    mask = te.placeholder((1, 1, 1, keys), "float32", "mask")
-    out = attention_kernels.attention(qb, kp, vp, mask, 0.125, False, None)
-    func = te.create_prim_func([qb, kp, vp, mask, out])
+    func, shapes = bf16_attention_kernel(rows, keys, depth)
     with AMX_TARGET:
         sch = Attention().schedule(s_tir.Schedule(func), AMX_TARGET)
     assert sch is not None
     lib = tvm.compile(sch.mod, target=AMX_TARGET)
     assert lib.mod.inspect_source("asm").count("tdpbf16ps") >= 2
-    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
-        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
-    assert x86.request_amx()
-    arrays = [k.bf16_bits(RNG.standard_normal([int(d) for d in t.shape]).astype(np.float32))
-              for t in (qb, kp, vp)] + [RNG.standard_normal((1, 1, 1, keys)).astype(np.float32)]
+    _skip_unless_amx("bf16")
+    arrays = [k.bf16_bits(RNG.standard_normal(shape).astype(np.float32))
+              for shape in shapes[:3]] + [RNG.standard_normal(shapes[3]).astype(np.float32)]
     results = []
     for built in (lib, tvm.compile(tvm.IRModule({"main": func}),
                                    target=tvm.target.Target({"kind": "llvm"}))):
@@ -169,21 +165,6 @@ def test_amx_attention_matches_the_unscheduled_kernel(rows, keys, depth):
     cosine = float(np.sum(results[0] * results[1]) / np.linalg.norm(results[0]) /
                    np.linalg.norm(results[1]))
     assert cosine > 0.99999
-
-
-def _int8_conv_reference(x, w, zero, stride, pad, dilation):
-    xp = np.pad(x.astype(np.int64), ((0, 0), (pad[0], pad[0]), (pad[1], pad[1]), (0, 0)),
-                constant_values=zero)
-    kh, kw, _, oc = w.shape
-    oh = (xp.shape[1] - (kh - 1) * dilation - 1) // stride + 1
-    ow = (xp.shape[2] - (kw - 1) * dilation - 1) // stride + 1
-    out = np.zeros((x.shape[0], oh, ow, oc), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            out += xp[:, i * dilation:i * dilation + oh * stride:stride,
-                      j * dilation:j * dilation + ow * stride:stride, :] @ \
-                w[i, j].astype(np.int64)
-    return out
 
 
 # int8 (u8 activations, s8 weights, int32 sums: tdpbusd): 3x3 with the zero point as padding,
@@ -205,14 +186,9 @@ def test_amx_int8_conv_matches_integers(shape, kernel, oc, stride, pad, dilation
                         (dilation, dilation), zero)
     lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, out]), AMX_TARGET,
                           "tdpbusd")
-    if not {"amx_tile", "amx_int8"} <= x86.cpu_flags():
-        pytest.skip("this CPU has no AMX-INT8 to run the kernel on")
-    assert x86.request_amx()
-    want = _int8_conv_reference(x, w, zero, stride, pad, dilation)
-    got, whole = guarded_output(want.shape, "int32")
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_array_equal(got.numpy(), want)
-    check_guard(whole, want.shape)
+    _skip_unless_amx("int8")
+    want = conv_reference(x, w, stride, pad, dilation, zero, np.int64)
+    _check_run(lib, [x, packed], want)
 
 
 @pytest.mark.parametrize("lead,m,kdim,n", [((), 32, 256, 64), ((2,), 16, 96, 1000)])
@@ -227,16 +203,10 @@ def test_amx_int8_matmul_matches_integers(lead, m, kdim, n):
     out = te.compute(acc.shape, lambda *i: (acc(*i) + offset[i[-1]]) * 2, name="epilogue")
     lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, offset, out]), AMX_TARGET,
                           "tdpbusd")
-    if not {"amx_tile", "amx_int8"} <= x86.cpu_flags():
-        pytest.skip("this CPU has no AMX-INT8 to run the kernel on")
-    assert x86.request_amx()
+    _skip_unless_amx("int8")
     offsets = RNG.integers(-100, 100, n).astype(np.int32)
     want = (x.astype(np.int64) @ w.astype(np.int64) + offsets) * 2
-    got, whole = guarded_output(want.shape, "int32")
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), tvm.runtime.tensor(offsets),
-                got)
-    np.testing.assert_array_equal(got.numpy(), want)
-    check_guard(whole, want.shape)
+    _check_run(lib, [x, packed, offsets], want)
 
 
 def test_amx_matmul_over_symbolic_row_blocks():
@@ -253,16 +223,11 @@ def test_amx_matmul_over_symbolic_row_blocks():
     out = te.compute(acc.shape, lambda *i: acc(*i) + 1.0, name="epilogue")
     lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, out]), AMX_TARGET,
                           "tdpbf16ps")
-    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
-        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
-    assert x86.request_amx()
+    _skip_unless_amx("bf16")
     for count in (1, 5):
         x = RNG.standard_normal((count, 8, kdim)).astype(np.float32)
         want = _rounded(x).astype(np.float64) @ _rounded(w) + 1
-        got, whole = guarded_output(want.shape)
-        lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
-        check_guard(whole, want.shape)
+        _check_run(lib, [x, packed], want)
 
 
 # run in a TVM worker (exec: a builtin, which the worker unpickles without this test module)
@@ -280,8 +245,7 @@ def test_tvm_workers_may_run_amx_kernels(tmp_path):
     """The tuner times kernels in TVM's worker processes, which export the kernel without
     aotc's load-time request for AMX state: a fresh process running one dies with SIGILL.
     aotc's workers (aotc.popen_worker) ask for the state when they start."""
-    if not {"amx_tile", "amx_bf16"} <= x86.cpu_flags():
-        pytest.skip("this CPU has no AMX-BF16 to run the kernel on")
+    _skip_unless_amx("bf16")
     from tvm.support.popen_pool import PopenWorker
 
     from aotc.popen_worker import start_tvm_workers_here

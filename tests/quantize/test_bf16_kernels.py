@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tvm
-from kernel_helpers import build_scheduled, check_guard, guarded_output
+from kernel_helpers import build_scheduled, check_guard, conv_reference, guarded_output
 from tvm import te
 
 from aotc.compiler import dot_kernels as k
@@ -31,19 +31,6 @@ def _build(func):
     return build_scheduled(PackedDot(), func, BF16_TARGET, "vdpbf16ps")
 
 
-def _conv_reference(x, w, stride, pad, dilation):
-    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    kh, kw, _, oc = w.shape
-    oh = (xp.shape[1] - (kh - 1) * dilation - 1) // stride + 1
-    ow = (xp.shape[2] - (kw - 1) * dilation - 1) // stride + 1
-    out = np.zeros((x.shape[0], oh, ow, oc))
-    for i in range(kh):
-        for j in range(kw):
-            out += xp[:, i * dilation:i * dilation + oh * stride:stride,
-                      j * dilation:j * dilation + ow * stride:stride, :] @ w[i, j]
-    return out
-
-
 @needs_bf16
 @pytest.mark.parametrize("ic,oc,stride,pad,dilation", [(3, 24, 2, 1, 1), (32, 64, 1, 2, 2),
                                                         (16, 16, 1, 0, 1), (7, 40, 1, 1, 1)])
@@ -56,7 +43,7 @@ def test_conv_matches_numpy(ic, oc, stride, pad, dilation):
     out = k.conv2d_nhwc(k.to_bf16_bits(xt), wt, oc, (stride, stride), (pad,) * 4,
                         (dilation, dilation), 0)
     lib = _build(te.create_prim_func([xt, wt, out]))
-    want = _conv_reference(_rounded(x), _rounded(w), stride, pad, dilation)
+    want = conv_reference(_rounded(x), _rounded(w), stride, pad, dilation)
     got, whole = guarded_output(want.shape)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)

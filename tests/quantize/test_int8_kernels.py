@@ -6,7 +6,13 @@ the rule declines (Contraction schedules the kernel as plain integer loops)."""
 import numpy as np
 import pytest
 import tvm
-from kernel_helpers import build_scheduled, check_guard, guarded_output, skip_unless_runs_here
+from kernel_helpers import (
+    build_scheduled,
+    check_guard,
+    conv_reference,
+    guarded_output,
+    skip_unless_runs_here,
+)
 from tvm import te
 
 from aotc.compiler import dot_kernels as k
@@ -21,21 +27,6 @@ def _build(out, inputs, target=VNNI):
     return build_scheduled(PackedDot(), te.create_prim_func([*inputs, out]), target)
 
 
-def _conv_reference(x, w, zero, stride, pad, dilation):
-    xp = np.pad(x.astype(np.int64), ((0, 0), (pad, pad), (pad, pad), (0, 0)),
-                constant_values=zero)
-    kh, kw, _, oc = w.shape
-    oh = (xp.shape[1] - (kh - 1) * dilation - 1) // stride + 1
-    ow = (xp.shape[2] - (kw - 1) * dilation - 1) // stride + 1
-    out = np.zeros((x.shape[0], oh, ow, oc), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            patch = xp[:, i * dilation:i * dilation + oh * stride:stride,
-                       j * dilation:j * dilation + ow * stride:stride, :]
-            out += patch @ w[i, j].astype(np.int64)
-    return out
-
-
 @pytest.mark.parametrize("ic,oc,stride,pad,dilation", [(3, 24, 2, 1, 1), (32, 64, 1, 2, 2),
                                                         (16, 16, 1, 0, 1), (8, 40, 1, 1, 1)])
 def test_conv2d_matches_integer_reference(ic, oc, stride, pad, dilation):
@@ -48,7 +39,7 @@ def test_conv2d_matches_integer_reference(ic, oc, stride, pad, dilation):
     out = k.conv2d_nhwc(xt, wt, oc, (stride, stride), (pad, pad, pad, pad),
                         (dilation, dilation), zero)
     lib = _build(out, [xt, wt])
-    want = _conv_reference(x, w, zero, stride, pad, dilation)
+    want = conv_reference(x, w, stride, pad, dilation, zero, np.int64)
     got, whole = guarded_output(want.shape, "int32")
     skip_unless_runs_here(VNNI)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
@@ -152,7 +143,7 @@ def test_residual_input_computed_in_the_epilogue():
     assert not [b for b in sch.get_child_blocks(sch.get_sblock("root"))
                 if sch.get(b).name_hint == "dequantize"]  # inlined
     lib = tvm.compile(sch.mod, target=VNNI)
-    want = _conv_reference(x, w, 3, 1, 0, 1) * 0.01 + (r.astype(np.int64) - 5) * 0.5
+    want = conv_reference(x, w, 1, 0, 1, 3, np.int64) * 0.01 + (r.astype(np.int64) - 5) * 0.5
     got = tvm.runtime.tensor(np.zeros(want.shape, np.float32))
     skip_unless_runs_here(VNNI)
     lib["main"](tvm.runtime.tensor(r), tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
@@ -179,4 +170,4 @@ def test_a_short_reductions_tile_buffer_stays_on_the_stack(ic, stays_on_the_stac
     got = tvm.runtime.tensor(np.zeros((1, 28, 28, 96), np.int32))
     skip_unless_runs_here(VNNI)
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_array_equal(got.numpy(), _conv_reference(x, w, 3, 1, 0, 1))
+    np.testing.assert_array_equal(got.numpy(), conv_reference(x, w, 1, 0, 1, 3, np.int64))
