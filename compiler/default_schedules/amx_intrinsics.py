@@ -158,8 +158,9 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
     columns over a reduction of ``k`` values, ``kt`` a step: C[i, j] += A[i, r] * B[j / 16,
     r / G, j % 16, r % G]. The ``groups`` column tiles take turns on each ``k_block`` values
     of K (all of K with 0), so that the rows' block of A stays in L1; their sums go to C
-    between turns. One call loads the tile configuration once for all of it (``ldtilecfg``
-    cost a fifth of a 128 x 768 @ 768 x 3072 matmul made once per tile)."""
+    between turns. One call loads the tile configuration once for all of it: ``ldtilecfg`` is
+    costly, and once per tile it was a large share of a short-K matmul
+    (docs/design/measurements.md)."""
     spec = KINDS[kind]
     fmt, group = spec.fmt, spec.fmt.group
     k_block = k_block or k

@@ -542,12 +542,11 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
 
 
 # Column tiles of one intrinsic call, at most: the tile configuration (ldtilecfg) is loaded once
-# a call, and once per tile it cost a fifth of a 128 x 768 @ 768 x 3072 matmul. A matmul of a
-# short reduction (K up to AMX_SHORT_K) has its group's tiles take turns on blocks of
+# a call, and loaded once per tile it was a large share of a short-K matmul's time. A matmul of
+# a short reduction (K up to AMX_SHORT_K) has its group's tiles take turns on blocks of
 # AMX_K_BLOCK values of K, so that the rows' block of the activation stays in L1 (each tile
-# read all of it from L2 before): that matmul 890 -> 1,080 GFLOP/s. A long reduction (K 3072,
-# N 768) ran slower blocked (1,093 -> 1,018), and its tiles each take all of K, one call each
-# (docs/design/measurements.md).
+# read all of it from L2 before). A long reduction ran slower blocked, and its tiles each
+# take all of K, one call each. Figures: docs/design/measurements.md (amx_intrinsics.py).
 AMX_COLUMN_GROUP = 4
 AMX_SHORT_K = 1024
 AMX_K_BLOCK = 256

@@ -20,9 +20,9 @@ kernels with a bf16 product (winograd_kernels.py).
 Which sites: every one (``bytes_per_row`` can keep small weights float32). With the 4-row
 matmul tiles of cpu_dot.MATMUL_TILE_ROWS a bf16 matmul runs at about twice its float32 twin
 on an AVX512-BF16 CPU (docs/design/measurements.md#compilerquantizebf16py); on AMX targets the
-kernels run on tile registers instead (default_schedules/amx_intrinsics.py), about ten times
-the AVX512-BF16 kernel's rate, and matmul rows no AMX tile divides are padded for one
-(amx_padded_rows), not to blocks of 8. Rows that no 4-8-row
+kernels run on tile registers instead (default_schedules/amx_intrinsics.py), several times
+the AVX512-BF16 kernel's rate (measurements.md, amx_intrinsics.py), and matmul rows no AMX
+tile divides are padded for one (amx_padded_rows), not to blocks of 8. Rows that no 4-8-row
 tile divides (ViT's 197 tokens)
 or that are symbolic are padded to blocks of 8, as PrepackWeights pads float32 ones.
 
