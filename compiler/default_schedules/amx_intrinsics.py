@@ -68,6 +68,12 @@ def step(kind: str, length: int) -> int:
     return max((d for d in range(group, k.max_step + 1, group) if length % d == 0), default=0)
 
 
+def b_tiles(columns: int) -> int:
+    """B tiles (of 16 columns) beside each other in a tile of sums: two where they divide
+    ``columns``, else one."""
+    return 2 if columns % (2 * LANES) == 0 else 1
+
+
 def _tile_config(rows: int, step_bytes: int, b_rows: int) -> list[int]:
     """The 64-byte ldtilecfg operand as 16 little-endian words: palette 1; tmm0-3 sums (rows x
     64 bytes), tmm4-5 A (rows x ``step_bytes``), tmm6-7 B (``b_rows`` x 64 bytes). Only words 0

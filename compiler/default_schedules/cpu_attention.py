@@ -97,11 +97,6 @@ def rows_per_task(sch, batch, rows, keys, head_dim, target: Target) -> int:
 AMX_TASK_ROWS = 16
 
 
-def _amx_columns(count: int) -> int:
-    """Columns of one AMX intrinsic call: two tiles of 16 where they divide ``count``."""
-    return 2 * LANES if count % (2 * LANES) == 0 else LANES
-
-
 def _amx_shapes(sch, rows, keys, cols) -> tuple[int, int, int] | None:
     """(query rows a task, keys, head dim) of a bf16 attention kernel AMX tiles can take: all
     static, the rows a whole number of tasks, both reductions (head dim, keys) a whole number
@@ -227,7 +222,7 @@ class Attention(CpuRule):
         x86.request_amx()  # kernels may run in this process (constant folding, tests)
         *batch, rows, cols, keys = sch.get_loops(out.block_rv)
         row_out, row_in = sch.split(rows, factors=[None, task_rows])
-        col_width = _amx_columns(dim)
+        col_width = amx_intrinsics.b_tiles(dim) * LANES
         col_tiles, col_in = sch.split(cols, factors=[None, col_width])
         sch.reorder(*batch, row_out, col_tiles, row_in, col_in, keys)
         task = sch.fuse(*batch, row_out)
@@ -237,7 +232,7 @@ class Attention(CpuRule):
         _rows_under_task(sch, task, scores, out, middle, lanes)
         # the scores: rows x a tile of keys, over the head dim
         score_rows, score_cols, depth = sch.get_loops(scores.block_rv)[-3:]
-        score_width = _amx_columns(keys_count)
+        score_width = amx_intrinsics.b_tiles(keys_count) * LANES
         score_tiles, score_in = sch.split(score_cols, factors=[None, score_width])
         sch.reorder(score_tiles, score_rows, score_in, depth)
         score_back = sch.cache_write(scores.block_rv, 0, "global")

@@ -534,7 +534,7 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
             channels % amx_intrinsics.LANES:
         return None
     a_tiles = 2 if rows % (2 * tile_rows) == 0 else 1
-    b_tiles = 2 if channels % (2 * amx_intrinsics.LANES) == 0 else 1
+    b_tiles = amx_intrinsics.b_tiles(channels)
     group, k_block = _column_groups(k, step, channels // (b_tiles * amx_intrinsics.LANES),
                                     conv is not None)
     return _AmxTile(fmt.name, tile_rows, a_tiles, b_tiles, step, k, conv, merged, group,
