@@ -90,7 +90,8 @@ def _precision_report(imported, spec, output, options, say) -> dict:
     with tempfile.TemporaryDirectory(prefix="aotc-fp32-") as tmp:
         reference_path = Path(tmp) / "fp32.so"
         build(imported, spec, reference_path,
-              options=dataclasses.replace(options, precision="fp32", explain=False),
+              options=dataclasses.replace(options, precision="fp32", explain=False,
+                                          dump_ir=None),
               progress=lambda _msg: None)
         if options.kv_capacity:
             names, reference, reduced = _generation_samples(reference_path, output)
@@ -176,6 +177,7 @@ def _compile_int8(imported, spec, output, options, quantize, say) -> dict:
 def _evaluate_here(imported, spec, output, prepared, quantize, say) -> dict:
     """The accuracy report, measured on ``output`` or, when it cannot run here (ARM, CUDA), on
     a build of the same int8 model for this host."""
+    import dataclasses
     import tempfile
 
     from aotc.compiler import build
@@ -188,7 +190,9 @@ def _evaluate_here(imported, spec, output, prepared, quantize, say) -> dict:
         twin = Path(tmp) / "host.so"
         say(f"accuracy: {spec.name} does not run here; building the same int8 model for "
             f"{here.name}")
-        build(imported, here, twin, options=prepared.options, progress=say)
+        # the IR dump (--dump-ir) stays the library's own
+        build(imported, here, twin, options=dataclasses.replace(prepared.options, dump_ir=None),
+              progress=say)
         report = evaluate(prepared, twin, quantize, say)
     report["evaluated_build"] = f"{here.name} build of the same int8 model"
     return report

@@ -8,6 +8,7 @@ from onnx_builders import tiny_cnn
 import aotc
 from aotc.cli import main
 from aotc.errors import CompileError
+from aotc.targets import x86
 
 
 @pytest.mark.parametrize("level", [0, 1, 2, 3])
@@ -100,3 +101,15 @@ def test_dump_ir_keeps_each_bucket_entry_apart(tmp_path):
     assert {p.name for p in entries[0].iterdir()} == main_files
     assert '"n"' in (tmp_path / "ir" / "00_imported.py").read_text()  # main's symbolic dim
     assert '"n"' not in (entries[0] / "00_imported.py").read_text()
+
+
+@pytest.mark.skipif(not x86._BF16_FLAGS <= x86.cpu_flags(),
+                    reason="--precision bf16 needs AVX512-BF16 on this CPU")
+def test_dump_ir_of_a_bf16_build_is_its_own(tiny_onnx, tmp_path):
+    """--precision bf16 also builds a float32 twin for its accuracy report: the dump is the
+    bf16 library's IR, not the twin's written over it."""
+    result = CliRunner().invoke(main, ["compile", str(tiny_onnx), "-o", str(tmp_path / "t.so"),
+                                       "--precision", "bf16", "--dump-ir", str(tmp_path / "ir")])
+    assert result.exit_code == 0, result.output
+    [converted] = (tmp_path / "ir").glob("*_quantize_ConvertBF16.py")
+    assert "conv2d_bf16" in converted.read_text()
