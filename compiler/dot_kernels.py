@@ -98,6 +98,11 @@ def from_bf16_bits(bits: te.Tensor) -> te.Tensor:
     return te.compute(bits.shape, lambda *i: bf16_value(bits(*i)), name="aotc_from_bf16")
 
 
+def add_bf16_bits(x: te.Tensor, bits: te.Tensor) -> te.Tensor:
+    """float32 ``x`` plus the float32 values of bfloat16 ``bits`` of the same shape."""
+    return te.compute(x.shape, lambda *i: x(*i) + bf16_value(bits(*i)), name="aotc_add_bf16")
+
+
 def bf16_bits(values: np.ndarray) -> np.ndarray:
     """numpy twin of to_bf16_bits, for weights at compile time."""
     u = np.ascontiguousarray(values, np.float32).view(np.uint32).astype(np.uint64)

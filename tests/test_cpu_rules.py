@@ -1,5 +1,6 @@
 """Default CPU schedules: which rule takes which kernel, and that results stay right."""
 
+import multiprocessing
 import re
 from types import SimpleNamespace
 
@@ -8,9 +9,11 @@ import onnx
 import pytest
 import tvm
 from helpers import check_against_onnxruntime
+from kernel_helpers import against_unmapped_pages, build_scheduled
 from onnx import TensorProto, helper
 from tvm import te, topi
 
+from aotc.compiler import dot_kernels
 from aotc.compiler.default_schedules import first_schedule_that_works
 from aotc.compiler.default_schedules.cpu_rules import Contraction, Generic, RowReduction, RowWise
 from aotc.compiler.default_schedules.vector_allocations import allocated_in_vectorized_loops
@@ -523,3 +526,80 @@ def test_short_row_reductions_match_onnxruntime_on_avx2(case, tmp_path):
                    helper.make_tensor_value_info("inv", TensorProto.FLOAT, shape[:-1] + [1])]
     path = _single_node_model(tmp_path / f"{case}.onnx", node, shape, outputs, inits)
     check_against_onnxruntime(path, tmp_path, rtol=1e-5, atol=1e-5, target="x86-avx2")
+
+
+POOL_INPUT = (1, 13, 13, 32)  # odd sides: the last window of each row is cut by the padding
+
+
+def _max_pool_func(bits: bool):
+    """A 3x3, stride-2 max pool padded by 1 of POOL_INPUT (NHWC), as LegalizeOps writes it;
+    ``bits``: of the float32 values of bfloat16 bits (MaxPoolBF16's kernel)."""
+    x = te.placeholder(POOL_INPUT, "uint16" if bits else "float32", name="x")
+    values = dot_kernels.from_bf16_bits(x) if bits else x
+    pool = topi.nn.pool2d(values, [3, 3], [2, 2], [1, 1], [1, 1, 1, 1], "max", layout="NHWC")
+    return te.create_prim_func([x, pool])
+
+
+def _max_pool_reference(x: np.ndarray) -> np.ndarray:
+    padded = np.pad(x, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=-np.inf)
+    out = np.full((1, 7, 7, x.shape[-1]), -np.inf, np.float32)
+    for dy in range(3):
+        for dx in range(3):
+            out = np.maximum(out, padded[:, dy:dy + 13:2, dx:dx + 13:2])
+    return out
+
+
+def _max_pool_against_unmapped_pages(bits: bool, at_end: bool):
+    """Child process: the scheduled pool on an input that ends (or starts) at an unmapped page;
+    a padding tap read from memory kills the process. Checks the numbers too."""
+    x, mapping = against_unmapped_pages(POOL_INPUT, at_end, np.uint16 if bits else np.float32)
+    values = np.random.default_rng(0).standard_normal(POOL_INPUT).astype(np.float32) - 3
+    if bits:
+        x[...] = dot_kernels.bf16_bits(values)
+        values = (x.astype(np.uint32) << 16).view(np.float32)
+    else:
+        x[...] = values
+    lib = build_scheduled(Generic(), _max_pool_func(bits), TARGET)
+    out = tvm.runtime.tensor(np.zeros((1, 7, 7, 32), np.float32))
+    lib["main"](tvm.runtime.from_dlpack(x), out)
+    np.testing.assert_array_equal(out.numpy(), _max_pool_reference(values))
+    del mapping
+
+
+@pytest.mark.parametrize("bits", [False, True], ids=["float32", "bf16"])
+def test_a_max_pool_reads_its_input_in_place(bits):
+    """Before, the padded copy of the input (and MaxPoolBF16's widened one) were written whole
+    and read again by the pool: now the pool is the only block, its padding a condition on
+    the position."""
+    func = _max_pool_func(bits)
+    before = {b.name_hint for b in _blocks(tvm.s_tir.Schedule(func))}
+    assert "pad_temp" in before and ("aotc_from_bf16" in before) == bits
+    with TARGET:
+        sch = Generic().apply(func, TARGET, False)
+    assert {b.name_hint for b in _blocks(sch)} == {"pool_max_init", "pool_max_update"}
+
+
+@pytest.mark.parametrize("at_end", [False, True], ids=["start", "end"])
+@pytest.mark.parametrize("bits", [False, True], ids=["float32", "bf16"])
+def test_a_max_pool_reads_nothing_outside_its_input_and_matches_numpy(bits, at_end):
+    """Negative inputs (-3 on average): a padding tap read as 0 would show in the maximum."""
+    child = multiprocessing.get_context("spawn").Process(
+        target=_max_pool_against_unmapped_pages, args=(bits, at_end))
+    child.start()
+    child.join(300)
+    assert child.exitcode == 0, f"the pool read outside its input or got a wrong answer " \
+        f"(child exit code {child.exitcode})"
+
+
+def test_a_producer_that_computes_is_not_inlined_into_a_reduction():
+    """exp before a spatial sum: inlined, it would be recomputed for each reader."""
+    x = te.placeholder((1, 7, 7, 64), name="x")
+    e = te.compute(x.shape, lambda *i: te.exp(x(*i)), name="e")
+    func = te.create_prim_func([x, topi.sum(e, axis=[1, 2], keepdims=True)])
+    with TARGET:
+        sch = Generic().apply(func, TARGET, False)
+    assert "e" in {b.name_hint for b in _blocks(sch)}
+
+
+def _blocks(sch) -> list:
+    return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]

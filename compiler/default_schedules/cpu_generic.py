@@ -1,10 +1,12 @@
 """``Generic`` and ``RowReduction``: the default CPU schedules of everything that is not a
 contraction. RowReduction is dlight's CPU Reduction where its assumptions hold (softmax and
 norms over the innermost axis); Generic parallelizes every block over its outer spatial loops
-and vectorizes its innermost loop, after inlining single-reader injective chains."""
+and vectorizes its innermost loop, after inlining single-reader injective chains (and, into a
+reduction, producers that only read, pad or widen: a pool's padded input)."""
 
 from __future__ import annotations
 
+import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -18,6 +20,7 @@ from .cpu_blocks import (
     parallel_pays,
     schedule_injective_block,
     small_enough_to_inline,
+    subexpressions,
     touches_bool,
     vector_lanes,
 )
@@ -33,6 +36,7 @@ class Generic(CpuRule):
         root = sch.get_sblock("root")
         lanes = vector_lanes(target)
         inline_injective_chains(sch, root)
+        inline_cheap_into_reductions(sch, root)
         for block in sch.get_child_blocks(root):
             self._schedule_block(sch, block, lanes)
         return sch
@@ -88,6 +92,52 @@ def inline_injective_chains(sch: s_tir.Schedule, root) -> None:
                 sch.compute_inline(block)
             except ScheduleError:  # e.g. not a plain computation; scheduled on its own
                 continue
+
+
+# What a producer inlined into a reduction may compute: reading, padding (a select on the
+# position), reinterpreting and widening; no arithmetic on the values.
+_CHEAP_CALLS = {"if_then_else", "reinterpret", "likely", "shift_left", "shift_right",
+                "bitwise_and", "bitwise_or"}  # by name, without the prefix (prim., tirx.)
+_ARITHMETIC = {"Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod"}
+
+
+def inline_cheap_into_reductions(sch: s_tir.Schedule, root) -> None:
+    """Inline a spatial-only intermediate whose one reader is a reduction where it only reads,
+    pads or widens values (_cheap). A max pool's padded copy of its input (and, after
+    MaxPoolBF16, the float32 copy of bfloat16 bits) was written whole and read again:
+    inlined, the pool reads its input in place with the padding as a condition on the
+    position, at the price of a few comparisons per tap. Producers that compute something
+    are kept (inline_injective_chains' reason). Consumers first, so that a chain (widen, then
+    pad) inlines link by link. Only producers that keep the innermost axis in place (not a
+    transpose): the reduction is vectorized along it (_schedule_block)."""
+    outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
+    for block in reversed(sch.get_child_blocks(root)):
+        stmt = sch.get(block)
+        if stmt.name_hint in outputs or not _spatial_only(stmt) or not _cheap(stmt) or \
+                not _reads_contiguous(sch, block):
+            continue
+        consumers = sch.get_consumers(block)
+        if len(consumers) != 1 or _spatial_only(sch.get(consumers[0])):
+            continue
+        try:
+            sch.compute_inline(block)
+        except ScheduleError:
+            continue
+
+
+def _cheap(stmt) -> bool:
+    value = getattr(stmt.body, "value", None)
+    if value is None:
+        return False
+    for node in subexpressions(value):
+        if isinstance(node, tvm.ir.TensorLoad):
+            continue
+        if isinstance(node, tvm.ir.expr.Call) and \
+                str(node.op.name).rsplit(".", 1)[-1] not in _CHEAP_CALLS:
+            return False
+        if type(node).__name__ in _ARITHMETIC and "float" in str(node.ty):
+            return False
+    return True
 
 
 def _spatial_only(stmt) -> bool:

@@ -6,7 +6,8 @@ uint8 copy an int8 conv already made), then DepthwiseByteInput (float32 depthwis
 whose input is clipped to [0, hi] read it as uint8), DepthwiseHalfInput (the other float32
 depthwise convs between int8 ones read float16) and FoldIntoQuantize (each quantize absorbs
 the clamps and the affine scale and offset in front of it); then ConvertBF16 with
-``--precision bf16`` (bf16.py) and ConvertFP16 with ``--precision fp16`` (fp16.py)."""
+``--precision bf16`` (bf16.py, then ResidualFromBF16 and MaxPoolBF16: activations travel as
+bfloat16 where only bf16 convs read them) and ConvertFP16 with ``--precision fp16`` (fp16.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .depthwise_byte_input import DepthwiseByteInput
 from .depthwise_half_input import DepthwiseHalfInput
 from .fold_into_quantize import FoldIntoQuantize
 from .fp16 import ConvertFP16
+from .max_pool_bf16 import MaxPoolBF16
 from .realize import RealizeInt8
 from .residual_from_bf16 import ResidualFromBF16
 from .residual_from_quantized import ResidualFromQuantized
@@ -44,10 +46,11 @@ def steps(options: CompileOptions, amx: bool = False) -> list[Step]:
             Step(ConvertBF16(options.precision == "bf16", winograd=winograd_runs(options),
                              amx=amx), 0),
             Step(ResidualFromBF16(), 1),
+            Step(MaxPoolBF16(), 1),
             Step(AttentionBF16(options.precision == "bf16"), 1),
             Step(ConvertFP16(options.precision == "fp16"), 0)]
 
 
 __all__ = ["AnnotateInt8", "AttentionBF16", "ConvertBF16", "ConvertFP16", "DepthwiseByteInput",
-           "DepthwiseHalfInput", "FoldIntoQuantize", "RealizeInt8", "ResidualFromBF16",
-           "ResidualFromQuantized", "Site", "main_sites", "steps"]
+           "DepthwiseHalfInput", "FoldIntoQuantize", "MaxPoolBF16", "RealizeInt8",
+           "ResidualFromBF16", "ResidualFromQuantized", "Site", "main_sites", "steps"]

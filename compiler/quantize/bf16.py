@@ -29,7 +29,7 @@ or that are symbolic are padded to blocks of 8, as PrepackWeights pads float32 o
 What stays float32, and why: depthwise/grouped convolutions (no dot product over channels to
 pack), matmuls of two activations outside the grouped attention (AttentionBF16 converts that
 one, packing its operands at run time), normalization, softmax and every elementwise op.
-Accuracy: bfloat16 keeps 8 bits of mantissa (relative error 2^-9 per operand); the sums
+Accuracy: bfloat16 keeps 8 significant bits (relative error at most 2^-8 per operand); the sums
 are float32, so errors do not grow with the reduction length as bf16 sums would."""
 
 from __future__ import annotations

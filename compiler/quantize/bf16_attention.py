@@ -14,7 +14,7 @@ FuseOps (nothing fused into it: the schedule, cpu_attention.Attention, takes it 
 
 Accuracy: the scores sum D products of bf16-rounded Q and K values in float32 (the same error
 as a bf16 projection of that depth); the softmax is float32; the probabilities are rounded to
-bf16 before the weighted sum of V, a relative error of at most 2^-9 each.
+bf16 before the weighted sum of V, a relative error of at most 2^-8 each.
 
 Taken where the target has AVX512-BF16 (the kernel's schedule needs ``vdpbf16ps``, or AMX
 tiles where the target has them) and the head dim is a multiple of 16; FuseAttention has

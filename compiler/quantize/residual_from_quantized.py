@@ -54,13 +54,16 @@ def _rerouted(block: relax.DataflowBlock) -> dict:
 class ResidualRerouter(relax.PyExprMutator):
     """Adds that read a rerouted tensor ``x`` read ``read(builder, rerouted[x])`` instead (the
     copy itself by default), once that copy is defined; bindings in ``duplicates`` (var ->
-    the var it repeats) are dropped and their uses read the var they repeat. Shared by
-    ResidualFromQuantized and ResidualFromBF16."""
+    the var it repeats) are dropped and their uses read the var they repeat; an add in
+    ``shortcuts`` (add var -> one of its operands) becomes ``add_shortcut(builder, other
+    operand, that operand)``. Shared by ResidualFromQuantized and ResidualFromBF16."""
 
-    def __init__(self, mod, rerouted: dict, read=None, duplicates: dict | None = None):
+    def __init__(self, mod, rerouted: dict, read=None, duplicates: dict | None = None,
+                 shortcuts: dict | None = None, add_shortcut=None):
         super().__init__(mod)
         self.rerouted, self.duplicates = rerouted, duplicates or {}
         self.read = read or (lambda _builder, copy: copy)
+        self.shortcuts, self.add_shortcut = shortcuts or {}, add_shortcut
         self.defined = set()  # copies already emitted (an add may only read those)
 
     def visit_var_binding_(self, binding):
@@ -68,7 +71,12 @@ class ResidualRerouter(relax.PyExprMutator):
             self.set_var_remap(binding.var, self.visit_expr(self.duplicates[binding.var]))
             return
         value = binding.value
-        if op_name(value) == "relax.add" and any(
+        side = self.shortcuts.get(binding.var)
+        if side is not None:
+            [other] = [a for a in value.args if not a.same_as(side)]
+            binding = relax.VarBinding(binding.var, self.add_shortcut(
+                self.builder_, self.visit_expr(other), self.visit_expr(side)))
+        elif op_name(value) == "relax.add" and any(
                 a in self.rerouted and self.rerouted[a] in self.defined for a in value.args):
             args = [self.read(self.builder_, self.visit_expr(self.rerouted[a]))
                     if a in self.rerouted else a for a in value.args]

@@ -2,10 +2,12 @@
 shortcut(y)) + y, all three 1x1 convs bf16 kernels.
 
 Before: y is converted twice (``to_bf16`` for conv_b and again for the shortcut conv) and the
-last add reads the float32 y, so y has three users. After: one conversion, read by both convs,
-and the add reads ``from_bf16`` of it: the conversion is y's only user (FuseOps then puts it
-into conv_a's kernel). Numbers: the residual now carries y rounded to bfloat16 (relative error
-at most 2^-9 of y on that path), near the module before."""
+last add reads the float32 y, so y has three users; the shortcut conv's float32 result is
+read by the first add, which FuseOps puts into conv_b's kernel. After: one conversion of y,
+read by both convs, and the last add reads ``from_bf16`` of it: the conversion is y's only
+user (FuseOps then puts it into conv_a's kernel). The shortcut's result is converted too and
+the first add reads it widened (``add_bf16``). Numbers: y on the residual path and the
+shortcut's result are rounded to bfloat16 (relative error at most 2^-8 of each)."""
 
 import numpy as np
 import tvm
@@ -15,13 +17,16 @@ from tvm import relax
 from aotc.compiler import dot_kernels
 from aotc.compiler.quantize import ConvertBF16, ResidualFromBF16
 
-RNG = np.random.default_rng(0)
+SEED = 0
 X = relax.TensorType((1, 8, 8, 16), "float32")
 
 
-def _float_module():
+def _float_module(output: str = "out"):
+    """The block; ``output`` "y" or "s": the model ends there (for the error bound)."""
+    rng = np.random.default_rng(SEED)  # the same weights for each output
+
     def conv(x, ic, oc):
-        w = relax.const((RNG.standard_normal((1, 1, ic, oc)) * 0.3).astype(np.float32))
+        w = relax.const((rng.standard_normal((1, 1, ic, oc)) * 0.3).astype(np.float32))
         return relax.op.nn.conv2d(x, w, data_layout="NHWC", kernel_layout="HWIO")
     bb = relax.BlockBuilder()
     x = relax.Var("x", X)
@@ -32,7 +37,7 @@ def _float_module():
             s = bb.emit(conv(y, 32, 32))
             t = bb.emit(relax.op.add(z, s))
             out = bb.emit_output(relax.op.add(t, y))
-        bb.emit_func_output(out)
+        bb.emit_func_output({"out": out, "y": y, "s": s}[output])
     return bb.get()
 
 
@@ -56,7 +61,9 @@ def _expected(before: tvm.IRModule) -> tvm.IRModule:
             yb = bb.emit(relax.call_tir(gvs["to_bf161"], [y], bits))
             z = bb.emit(relax.call_tir(gvs["conv2d_bf161"], [yb, weights[1]], y_type))
             s = bb.emit(relax.call_tir(gvs["conv2d_bf161"], [yb, weights[2]], y_type))
-            t = bb.emit(relax.op.add(z, s))
+            sb = bb.emit_te(dot_kernels.to_bf16_bits, s, primfunc_name_hint="to_bf16")
+            t = bb.emit(bb.call_te(dot_kernels.add_bf16_bits, z, sb,
+                                   primfunc_name_hint="add_bf16"))
             y_again = bb.emit_te(dot_kernels.from_bf16_bits, yb, primfunc_name_hint="from_bf16")
             out = bb.emit_output(relax.op.add(t, y_again))
         bb.emit_func_output(out)
@@ -77,11 +84,14 @@ def test_nothing_to_reroute_without_bf16_convs():
     tvm.ir.assert_structural_equal(ResidualFromBF16()(before), before)
 
 
-def test_numbers_carry_y_rounded_to_bfloat16():
+def test_numbers_carry_y_and_the_shortcut_rounded_to_bfloat16():
     before = ConvertBF16(True)(_float_module())
-    x = RNG.standard_normal((1, 8, 8, 16)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((1, 8, 8, 16)).astype(np.float32)
     want = run_main(before, x)
     got = run_main(ResidualFromBF16()(before), x)
-    # only the residual's y changed: by at most 2^-9 of it (round to nearest, 8 bits kept)
-    assert np.abs(got - want).max() <= 2.0 ** -9 * np.abs(want).max() * 1.01
+    y, s = (run_main(ConvertBF16(True)(_float_module(end)), x) for end in ("y", "s"))
+    # y (the residual) and s (the shortcut) changed, each by at most 2^-8 of itself (round to
+    # nearest, 8 significant bits); a little more for float32's own rounding of the sums
+    bound = 2.0 ** -8 * (np.abs(y) + np.abs(s)) + 1e-6 * np.abs(want)
+    assert np.all(np.abs(got - want) <= bound)
     assert not np.allclose(got, want, rtol=0, atol=1e-7)  # the residual did change

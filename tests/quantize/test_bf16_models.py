@@ -75,6 +75,56 @@ def test_compile_bf16_cli_against_onnxruntime(tmp_path):
     assert_matches(loaded.run({"x": x})["y"], want, 0.999, 0.02)
 
 
+def _stem_and_block_model(path):
+    """An image model's stem (7x7 stride-2 conv, relu, 3x3 stride-2 max pool padded by 1) and a
+    bottleneck block whose shortcut is a 1x1 conv, on an odd 33x33 image; then a classifier."""
+    def conv(x, w, b, out, **attrs):
+        return helper.make_node("Conv", [x, w, b], [out], **attrs)
+    nodes = [conv("x", "w0", "b0", "c0", strides=[2, 2], pads=[3, 3, 3, 3]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             conv("p0", "w1", "b1", "c1"), helper.make_node("Relu", ["c1"], ["r1"]),
+             conv("r1", "w2", "b2", "c2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             conv("r2", "w3", "b3", "c3"), conv("p0", "w4", "b4", "s"),
+             helper.make_node("Add", ["c3", "s"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "w5"], ["y"])]
+    inits = [_init("w0", 16, 3, 7, 7, scale=2), _init("b0", 16),
+             _init("w1", 8, 16, 1, 1, scale=2), _init("b1", 8),
+             _init("w2", 8, 8, 3, 3, scale=2), _init("b2", 8),
+             _init("w3", 32, 8, 1, 1, scale=2), _init("b3", 32),
+             _init("w4", 32, 16, 1, 1, scale=2), _init("b4", 32), _init("w5", 32, 10, scale=4)]
+    graph = helper.make_graph(
+        nodes, "stem_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 33, 33])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@needs_bf16
+def test_bf16_activations_stay_bf16_through_the_pool_and_the_shortcut(tmp_path):
+    """MaxPoolBF16: the stem's kernel writes bfloat16 bits and the pool reads them;
+    ResidualFromBF16: the shortcut conv writes bits and the add widens them. Checked against
+    onnxruntime's float32 output."""
+    model = _stem_and_block_model(tmp_path / "stem.onnx")
+    out = tmp_path / "stem_bf16.so"
+    result = invoke("compile", model, "-o", out, "--precision", "bf16")
+    assert result.exit_code == 0, result.output
+    loaded = aotc.load(out)
+    kernels = {k["name"]: [a.get("dtype") for a in k["args"]] for k in loaded.metadata["kernels"]}
+    [pool] = [name for name in kernels if "max_pool2d_bf16" in name]
+    assert kernels[pool][0] == "uint16", kernels  # reads the stem's bits
+    [stem] = [name for name in kernels if name.startswith("fused_conv2d_bf16_")]
+    assert kernels[stem][-1] == "uint16", kernels  # writes them
+    assert any("add_bf16" in name for name in kernels), kernels
+    x = RNG.standard_normal((1, 3, 33, 33)).astype(np.float32)
+    want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    assert_matches(loaded.run({"x": x})["y"], want, 0.999, 0.02)
+
+
 def _winograd_model(path):
     """3x3 convs with each Winograd form: 28x28 (F(4x4)), a stride-2 one (none), 14x14
     (F(2x2)); then a classifier."""
