@@ -268,10 +268,14 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_spr_before_amx": (
         "Sapphire Rapids host (AMX) before aotc's AMX kernels: bf16 on vdpbf16ps", peers_table),
     "peers_amx": ("Sapphire Rapids host: bf16 matmuls and convs on AMX tiles", peers_table),
+    "peers_amx_bf16_activations": (
+        "Sapphire Rapids host: bf16 activations through the stem's max pool and the conv "
+        "shortcuts, pools reading their input in place", peers_table),
     "quantize_amx": ("Sapphire Rapids host: int8, bf16 and fp16 against float32 and "
                      "onnxruntime's int8, AMX kernels", quantize_table),
     "generate": ("Generation with a KV cache", generate_table),
     "generate_avx2": ("AVX2 host: generation with a KV cache", generate_table),
+    "generate_amx": ("Sapphire Rapids host (AMX): generation with a KV cache", generate_table),
     "variable_length_bert": ("Variable-length inputs: BERT-base", variable_length_table),
     "variable_length_gpt2": ("Variable-length inputs: GPT-2 small", variable_length_table),
     "contention": ("Shared CPUs: busy neighbours, a CPU quota, two processes",
