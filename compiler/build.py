@@ -158,7 +158,7 @@ def build(model: ImportedModel, spec: TargetSpec, output: str | Path,
     if generation is not None and spec.runtime_device == "cpu" and runs_here(spec) is None:
         say("checking the KV-cache entries against the model")
         _keep_if_right(output, lambda: in_phase("kv cache", lambda: kv_cache.verify(
-            output, model.signature, generation)))
+            output, model.signature, generation, options.precision)))
     if explanation is not None:
         explanation.later_phases["export"] = time.perf_counter() - export_start
     metadata["compile_seconds"] = round(time.perf_counter() - start, 2)

@@ -348,9 +348,21 @@ def table(signature: ModelSignature, roles: Roles, capacity: int) -> dict:
             "logits": logits, "entries": {"prefill": "prefill", "decode": "decode"}}
 
 
-def verify(path, signature: ModelSignature, generation: dict, rtol=1e-3, atol=1e-4) -> None:
+# How far the cache entries' logits may be from main's, as a share of main's largest logit, in
+# a bf16 or fp16 build. Its entries need not round alike: a prefill of 5 rows, a decode of 1
+# and main's symbolic rows can take different kernels (on AMX: tiles, or vector kernels
+# below 7 rows), whose products round operands to bf16 at different points. The export
+# mistakes this check is for (positions derived from the past length, a mask ignored) move
+# the logits by their own size.
+REDUCED_PRECISION_SHARE = 0.02
+
+
+def verify(path, signature: ModelSignature, generation: dict, precision: str = "fp32",
+           rtol=1e-3, atol=1e-4) -> None:
     """Prefill 5 tokens and decode 2 with the library at ``path`` against its ``main`` (past
-    tensors of the real lengths); refuse the library when their logits differ."""
+    tensors of the real lengths); refuse the library when their logits differ: by more than
+    ``rtol``/``atol`` in float32, by more than REDUCED_PRECISION_SHARE of the largest logit in
+    a bf16 or fp16 build."""
     from aotc.runtime import load
     from aotc.runtime.generate import with_past_feed
     model = load(path)
@@ -367,6 +379,8 @@ def verify(path, signature: ModelSignature, generation: dict, rtol=1e-3, atol=1e
     for step, stop in enumerate((prompt, prompt + 1, prompt + 2)):
         values = model.run(with_past_feed(generation, tokens[start:stop], past), entry="main")
         want = values[generation["logits"]][0, -1]
+        if precision != "fp32":
+            rtol, atol = 0.0, REDUCED_PRECISION_SHARE * float(np.abs(want).max())
         if not np.allclose(got[step], want, rtol=rtol, atol=atol):
             raise UnsupportedModelError(
                 f"KV cache: step {step}'s logits from the cache entries differ from the "

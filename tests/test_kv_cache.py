@@ -17,6 +17,7 @@ from aotc.compiler import kv_cache
 from aotc.errors import AotcError, InputMismatchError, ModelRunError, UnsupportedModelError
 from aotc.examples import decoders
 from aotc.options import CompileOptions
+from aotc.targets import x86
 
 # one xdist worker runs this module: its module-scoped builds are made once
 pytestmark = pytest.mark.xdist_group("test_kv_cache")
@@ -207,6 +208,27 @@ def test_an_export_that_counts_positions_itself_is_refused(tmp_path):
     with pytest.raises(AotcError, match="position_ids"):
         aotc.compile(path, output=tmp_path / "g.so", options=CompileOptions(kv_capacity=32))
     assert not (tmp_path / "g.so").exists()
+
+
+@pytest.mark.skipif(not x86._BF16_FLAGS <= x86.cpu_flags(),
+                    reason="--precision bf16 needs AVX512-BF16 on this CPU")
+def test_a_bf16_build_checks_its_entries_within_bf16_and_still_refuses_a_bad_export(
+        gpt2_onnx, tmp_path):
+    """In a bf16 build the entries may round at other points than main (on AMX a decode row
+    takes a vector kernel, main's rows tiles): the check allows REDUCED_PRECISION_SHARE of the
+    largest logit, and an export that counts positions itself still moves the logits past
+    it."""
+    out = tmp_path / "bf16.so"
+    aotc.compile(gpt2_onnx, output=out, options=CompileOptions(kv_capacity=CAPACITY,
+                                                                precision="bf16"))
+    tokens = np.random.default_rng(3).integers(0, SIZES["vocabulary"], 12)
+    got = aotc.load(out).generation_logits(tokens, 8)
+    want = _onnxruntime_logits(gpt2_onnx, tokens, 8)
+    assert np.abs(got - want).max() <= kv_cache.REDUCED_PRECISION_SHARE * np.abs(want).max()
+    bad = decoders.export_gpt2(tmp_path, positions=False, **SIZES)
+    with pytest.raises(AotcError, match="position_ids"):
+        aotc.compile(bad, output=tmp_path / "bad.so",
+                     options=CompileOptions(kv_capacity=CAPACITY, precision="bf16"))
 
 
 def test_cli_generates(gpt2_so, tmp_path):
