@@ -1,0 +1,78 @@
+"""RemoveIdentityCast: a cast to the dtype a value already has goes, a real cast stays; with
+it gone, attention exported with transformers' cast of the probabilities (GPT-2) is fused."""
+
+import numpy as np
+import tvm
+from relax_helpers import main_ops
+from tvm import relax
+from tvm.script import relax as R
+
+from aotc.compiler.passes import FuseAttention, RemoveIdentityCast
+from aotc.compiler.passes.fusion.attention import PATTERN_NAME
+
+
+def _module():
+    @R.function
+    def main(x: R.Tensor((2, 3), "float32")):
+        with R.dataflow():
+            p = R.nn.softmax(x, axis=-1)
+            same = R.astype(p, "float32")
+            half = R.astype(same, "float16")
+            R.output(half)
+        return half
+
+    return tvm.IRModule({"main": main})
+
+
+def _run(mod, *args):
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
+
+
+def test_identity_cast_is_removed_and_real_one_kept():
+    @R.function
+    def expected(x: R.Tensor((2, 3), "float32")):
+        with R.dataflow():
+            p = R.nn.softmax(x, axis=-1)
+            half = R.astype(p, "float16")
+            R.output(half)
+        return half
+
+    after = RemoveIdentityCast()(_module())
+    tvm.ir.assert_structural_equal(after["main"], expected.with_attr("global_symbol", "main"))
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    assert np.array_equal(_run(after, x), _run(_module(), x))
+
+
+def _cast_attention():
+    """softmax(q @ kt * scale), cast to float32, @ v: transformers' eager attention."""
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((1, 4, 24, 16), "float32"))
+    kt = relax.Var("kt", relax.TensorType((1, 4, 16, 24), "float32"))
+    v = relax.Var("v", relax.TensorType((1, 4, 24, 16), "float32"))
+    with bb.function("main", [q, kt, v]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.multiply(bb.emit(relax.op.matmul(q, kt)),
+                                          relax.const(0.25, "float32")))
+            p = bb.emit(relax.op.astype(bb.emit(relax.op.nn.softmax(s, axis=-1)), "float32"))
+            out = bb.emit_output(relax.op.matmul(p, v))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _fused(mod) -> list[str]:
+    return [gv.name_hint for gv, f in mod.functions_items()
+            if isinstance(f, relax.Function) and f.attrs is not None
+            and f.attrs.get("Composite") == PATTERN_NAME]
+
+
+def test_attention_with_a_cast_of_its_probabilities_is_fused_once_the_cast_is_gone():
+    before = _cast_attention()
+    assert _fused(FuseAttention()(before)) == []
+    after = FuseAttention()(RemoveIdentityCast()(before))
+    assert len(_fused(after)) == 1 and "relax.nn.softmax" not in main_ops(after)
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype(np.float32)
+              for p in before["main"].params]
+    np.testing.assert_allclose(_run(after, *arrays), _run(before, *arrays), rtol=1e-5,
+                               atol=1e-6)
