@@ -602,10 +602,9 @@ def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> N
         Contraction._inline_epilogues(sch, write_back, epilogues, kernel.lanes)
     else:
         Contraction._inline_epilogues(sch, crop, epilogues[1:], kernel.lanes)
+        schedule_injective_block(sch, crop, kernel.lanes)
     sch.reverse_compute_at(write_back, fused, preserve_unit_loops=True)
     _vectorize_write_back(sch, write_back, kernel.lanes)
-    if crop is not None:
-        _crop_per_tile(sch, crop, fused, kernel.lanes)
     sch.tensorize(row_in, name)  # init included: the tiles start from zero
 
 
@@ -660,19 +659,6 @@ def _fused_pixels(rank: int, at: int, width: int, dtype: str) -> tirx.IndexMap:
 
 def _index_dtype(sch, block) -> str:
     return str(sch.get(block).iter_vars[0].var.ty.dtype)
-
-
-def _crop_per_tile(sch: s_tir.Schedule, crop, tile_loop, lanes: int) -> None:
-    """The crop (its epilogue inlined) right after each tile, over the tile's real columns
-    (a predicate keeps it inside the output), while they are in cache. As a pass of its own
-    over the whole output it read and wrote it once more: GPT-2's 50,257-column vocabulary
-    head wrote 26 MB of padded sums, and read them back."""
-    sch.reverse_compute_at(crop, tile_loop, preserve_unit_loops=True)
-    loop = sch.get_loops(crop)[-1]
-    extent = _extent(sch, loop)
-    if extent and extent % lanes == 0:
-        outer, inner = sch.split(loop, factors=[None, lanes])
-        sch.vectorize(inner)
 
 
 def _vectorize_write_back(sch: s_tir.Schedule, write_back, lanes: int) -> None:

@@ -82,23 +82,6 @@ def test_amx_matmul_matches_numpy(lead, m, kdim, n):
     _check_run(lib, [x, packed], want)
 
 
-def test_padded_columns_are_cropped_right_after_each_tile():
-    """1,000 columns in 63 blocks of 16: the crop runs in the tile's parallel task, over its
-    real columns, not as a pass of its own over the whole output afterwards."""
-    func, _, _ = _matmul_func((), 8, 256, 1000)
-    with AMX_TARGET:
-        sch = PackedDot().apply(func, AMX_TARGET, False)
-    root = sch.get_sblock("root")
-    outer = {}  # block name -> its outermost loop
-    for block in sch.get_child_blocks(root):
-        for inner in [block, *sch.get_child_blocks(block)]:
-            outer[sch.get(inner).name_hint] = sch.get(sch.get_loops(inner)[0])
-    [crop] = [name for name in outer if name.startswith(k.CROP_BLOCK)]
-    [tile] = [name for name in outer if name.endswith("_o")]
-    assert outer[crop].same_as(outer[tile])
-    assert outer[tile].kind == tvm.tirx.ForKind.PARALLEL
-
-
 # (input NHWC, kernel, output channels, stride, padding, dilation): 3x3 (2x2 and 1x2 tiles
 # of 16 and 14 pixels), strided, dilated, 1x1 (no tap loops), a 1 x k Conv1d, padded
 # output channels
