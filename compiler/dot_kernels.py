@@ -327,5 +327,7 @@ def _crop_blocked_rows(acc: te.Tensor, rows: int, channels: int) -> te.Tensor:
     cropped in one pass."""
     per_block = int(acc.shape[-2])
     shape = list(acc.shape[:-3]) + [rows, channels]
+    if rows <= per_block:  # one block: row i is its row i (an index the schedule can bound)
+        return te.compute(shape, lambda *i: acc(*i[:-2], 0, i[-2], i[-1]), name=CROP_BLOCK)
     return te.compute(shape, lambda *i: acc(*i[:-2], i[-2] // per_block, i[-2] % per_block,
                                             i[-1]), name=CROP_BLOCK)

@@ -41,6 +41,7 @@ from .cpu_blocks import (
     _extent,
     _largest_divisor,
     schedule_injective_block,
+    subexpressions,
     vector_lanes,
 )
 from .cpu_contraction import GUARDED_TILE_ACCUMULATORS, Contraction, inline_padding
@@ -602,9 +603,12 @@ def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> N
         Contraction._inline_epilogues(sch, write_back, epilogues, kernel.lanes)
     else:
         Contraction._inline_epilogues(sch, crop, epilogues[1:], kernel.lanes)
-        schedule_injective_block(sch, crop, kernel.lanes)
     sch.reverse_compute_at(write_back, fused, preserve_unit_loops=True)
     _vectorize_write_back(sch, write_back, kernel.lanes)
+    if crop is not None and _reads_by_plain_index(sch, crop):
+        _crop_per_tile(sch, crop, fused, kernel.lanes)
+    elif crop is not None:
+        schedule_injective_block(sch, crop, kernel.lanes)
     sch.tensorize(row_in, name)  # init included: the tiles start from zero
 
 
@@ -659,6 +663,32 @@ def _fused_pixels(rank: int, at: int, width: int, dtype: str) -> tirx.IndexMap:
 
 def _index_dtype(sch, block) -> str:
     return str(sch.get(block).iter_vars[0].var.ty.dtype)
+
+
+def _reads_by_plain_index(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block`` reads every buffer at indices without a division or remainder: only
+    then can reverse_compute_at bound its region to one tile's (rows of several padded
+    blocks, read at i // R and i % R, came out as all the rows for every tile)."""
+    for region in sch.get(block).reads:
+        for axis in region.region:
+            if any(type(node).__name__ in ("FloorDiv", "FloorMod", "Div", "Mod")
+                   for node in subexpressions(axis.min)):
+                return False
+    return True
+
+
+def _crop_per_tile(sch: s_tir.Schedule, crop, tile_loop, lanes: int) -> None:
+    """The crop (its epilogue inlined) right after each tile, over the tile's real rows and
+    columns (a predicate keeps it inside the output), while they are in cache. As a pass of
+    its own over the whole output it read the padded sums back from memory: ViT's GELU
+    epilogue after its first FFN matmul (197 rows padded to 224) ran there
+    (docs/design/measurements.md)."""
+    sch.reverse_compute_at(crop, tile_loop, preserve_unit_loops=True)
+    loop = sch.get_loops(crop)[-1]
+    extent = _extent(sch, loop)
+    if extent and extent % lanes == 0:
+        outer, inner = sch.split(loop, factors=[None, lanes])
+        sch.vectorize(inner)
 
 
 def _vectorize_write_back(sch: s_tir.Schedule, write_back, lanes: int) -> None:

@@ -82,6 +82,67 @@ def test_amx_matmul_matches_numpy(lead, m, kdim, n):
     _check_run(lib, [x, packed], want)
 
 
+def _row_padded_matmul_func(rows: int, blocks: int, per_block: int, kdim: int, n: int):
+    """x: ``rows`` rows held in ``blocks`` padded blocks of ``per_block`` (ConvertBF16's AMX
+    padding: one block, ViT's 197 tokens in 224), cropped back in the kernel, then an
+    epilogue."""
+    xt = te.placeholder((blocks, per_block, kdim), "uint16", "x")
+    w = RNG.standard_normal((kdim, n)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.BF16)
+    wt = te.placeholder(packed.shape, "uint16", "w")
+    acc = k.matmul(xt, wt, n, 0, rows=rows)
+    out = te.compute(acc.shape, lambda *i: acc(*i) * 2.0 + 1.0, name="epilogue")
+    return te.create_prim_func([xt, wt, out]), w, packed
+
+
+def _crop_loops(sch) -> tuple:
+    """(the crop's loops, the tile block's outermost loop) of a scheduled kernel."""
+    blocks = {}
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        for inner in [block, *sch.get_child_blocks(block)]:
+            blocks[sch.get(inner).name_hint] = [sch.get(loop) for loop in sch.get_loops(inner)]
+    [crop] = [name for name in blocks if name.startswith(k.CROP_BLOCK)]
+    [tile] = [name for name in blocks if name.endswith("_o")]
+    return blocks[crop], blocks[tile][0]
+
+
+@pytest.mark.parametrize("case", ["columns", "rows"])
+def test_padding_is_cropped_right_after_each_tile(case):
+    """Padded columns (1,000 in 63 blocks of 16) or rows (197 in one block of 224): the crop
+    and its epilogue run in the tile's parallel task, over that tile's real part (32 rows at
+    most), while its sums are in cache; not as a pass of their own over the whole output."""
+    if case == "columns":
+        func, w, packed = _matmul_func((), 8, 256, 1000)
+    else:
+        func, w, packed = _row_padded_matmul_func(197, 1, 224, 64, 96)
+    with AMX_TARGET:
+        sch = PackedDot().apply(func, AMX_TARGET, False)
+    loops, tile = _crop_loops(sch)
+    assert loops[0].same_as(tile) and tile.kind == tvm.tirx.ForKind.PARALLEL
+    assert int(loops[1].extent) <= 32  # the tile's rows, not all of them
+    if case == "rows":
+        lib = tvm.compile(sch.mod, target=AMX_TARGET)
+        _skip_unless_amx("bf16")
+        x = RNG.standard_normal((1, 224, 64)).astype(np.float32)
+        want = (_rounded(x[0, :197]).astype(np.float64) @ _rounded(w)) * 2 + 1
+        _check_run(lib, [k.bf16_bits(x), packed], want)
+
+
+def test_rows_of_several_padded_blocks_keep_the_crop_as_a_pass_of_its_own():
+    """Rows in 4 blocks of 8 (read at i // 8, i % 8): reverse_compute_at could not bound the
+    crop to a tile's rows and made every tile crop all of them."""
+    func, w, packed = _row_padded_matmul_func(29, 4, 8, 64, 96)
+    with AMX_TARGET:
+        sch = PackedDot().apply(func, AMX_TARGET, False)
+    loops, tile = _crop_loops(sch)
+    assert not loops[0].same_as(tile)
+    lib = tvm.compile(sch.mod, target=AMX_TARGET)
+    _skip_unless_amx("bf16")
+    x = RNG.standard_normal((4, 8, 64)).astype(np.float32)
+    want = (_rounded(x.reshape(32, 64)[:29]).astype(np.float64) @ _rounded(w)) * 2 + 1
+    _check_run(lib, [k.bf16_bits(x), packed], want)
+
+
 # (input NHWC, kernel, output channels, stride, padding, dilation): 3x3 (2x2 and 1x2 tiles
 # of 16 and 14 pixels), strided, dilated, 1x1 (no tap loops), a 1 x k Conv1d, padded
 # output channels
