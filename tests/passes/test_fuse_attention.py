@@ -153,6 +153,19 @@ def test_torchs_safe_softmax_is_fused_too(queries, keys):
     np.testing.assert_allclose(_run(after, arrays), _run(before, arrays), rtol=1e-5, atol=1e-6)
 
 
+def test_a_scalar_mask_with_padded_keys_is_fused():
+    """A rank-0 mask (ONNX's flexattention score_mod adds one value to every score): the
+    padded keys get their own mask beside it. The padding indexed the mask's last dim and
+    failed the compile."""
+    before = _attention_module(13, 29, mask_shape=())
+    after = FuseAttention()(before)
+    assert len(_attention_functions(after)) == 1
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype(np.float32)
+              for p in before["main"].params]
+    np.testing.assert_allclose(_run(after, arrays), _run(before, arrays), rtol=1e-5, atol=1e-6)
+
+
 def test_probabilities_read_elsewhere_are_not_fused():
     before = _attention_module(197, 197, scale="divide", probs_out=True)
     after = FuseAttention()(before)

@@ -76,3 +76,28 @@ def test_attention_with_a_cast_of_its_probabilities_is_fused_once_the_cast_is_go
               for p in before["main"].params]
     np.testing.assert_allclose(_run(after, *arrays), _run(before, *arrays), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_chained_identity_casts_of_other_dtypes_all_go():
+    """bool and int16 casts to their own dtype, one cast of a cast (rewritten again after the
+    first goes): torch's bool() and short() of tensors that already are."""
+    @R.function
+    def before(x: R.Tensor((4,), "bool"), y: R.Tensor((4,), "int16")):
+        with R.dataflow():
+            a = R.astype(x, "bool")
+            b = R.astype(y, "int16")
+            c = R.astype(b, "int16")
+            out = (a, c)
+            R.output(out)
+        return out
+
+    @R.function
+    def expected(x: R.Tensor((4,), "bool"), y: R.Tensor((4,), "int16")):
+        with R.dataflow():
+            out = (x, y)
+            R.output(out)
+        return out
+
+    after = RemoveIdentityCast()(
+        tvm.IRModule({"main": before.with_attr("global_symbol", "main")}))
+    tvm.ir.assert_structural_equal(after["main"], expected.with_attr("global_symbol", "main"))

@@ -208,7 +208,7 @@ def _padded_chain(m: dict, kernels: _PadKernels) -> relax.Expr | None:
     mask, keys_masked = None, not pad_keys
     if "mask" in m:
         user, shape = m["mask"], _shape(m["mask"])
-        if pad_keys and _same(shape[-1], keys):
+        if pad_keys and shape and _same(shape[-1], keys):  # not a scalar (rank 0) mask
             lowest = 0.0 if isinstance(keys, int) else float(np.finfo(np.float32).min)
             user = _pad_last(user, shape, 1, padded_keys, kernels, KEY_MULTIPLE, lowest)
             shape = shape[:-1] + [padded_keys]

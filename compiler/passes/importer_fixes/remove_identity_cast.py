@@ -17,9 +17,11 @@ from ..pattern_rewrite import rewrite_module
 
 
 def _rewrite(orig, matches, source):
+    """``orig``: the cast, or the variable bound to it (rewrite_call passes either): its type
+    holds the dtype cast to."""
     x = matches[source]
-    before = getattr(x.ty, "dtype", None)
-    return x if before is not None and before == str(orig.attrs.dtype) else orig
+    before, after = getattr(x.ty, "dtype", None), getattr(orig.ty, "dtype", None)
+    return x if before is not None and str(before) == str(after) else orig
 
 
 @tvm.transform.module_pass(opt_level=0, name="RemoveIdentityCast")
