@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tvm
 from kernel_helpers import skip_unless_runs_here
+from relax_helpers import attention_module
 from tvm import te, topi
 from tvm.s_tir import meta_schedule as ms
 
@@ -127,17 +128,8 @@ def test_a_kernel_whose_metaschedule_space_fails_keeps_the_default_rules_space()
     from aotc.compiler.default_schedules import cpu_rules  # noqa: F401 (rules registered)
     from aotc.compiler.passes.fusion import FuseAttention
     spr = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
-    bb = relax.BlockBuilder()
-    q = relax.Var("q", relax.TensorType((1, 2, 32, 16), "float32"))
-    kt = relax.Var("kt", relax.TensorType((1, 2, 16, 32), "float32"))
-    v = relax.Var("v", relax.TensorType((1, 2, 32, 16), "float32"))
-    with bb.function("main", [q, kt, v]):
-        with bb.dataflow():
-            s = bb.emit(relax.op.divide(bb.emit(relax.op.matmul(q, kt)),
-                                        relax.const(4.0, "float32")))
-            out = bb.emit_output(relax.op.matmul(relax.op.nn.softmax(s, axis=-1), v))
-        bb.emit_func_output(out)
-    mod = relax.transform.FuseTIR()(relax.transform.LegalizeOps()(FuseAttention()(bb.get())))
+    mod = relax.transform.FuseTIR()(relax.transform.LegalizeOps()(FuseAttention()(
+        attention_module(mask=False))))
     (attention,) = [f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
     attention = attention.with_attr("global_symbol", "main")
     from aotc.schedules.space import metaschedule_space_builds

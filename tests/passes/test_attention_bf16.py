@@ -7,12 +7,16 @@ not a multiple of 16, a target without AVX512-BF16, precision fp32."""
 import numpy as np
 import pytest
 import tvm
-from relax_helpers import assert_matches, main_ops
+from relax_helpers import (
+    assert_matches,
+    attention_functions,
+    attention_module,
+    main_ops,
+)
 from tvm import relax
 
 from aotc.compiler import attention_kernels, dot_kernels
 from aotc.compiler.passes.fusion import FuseAttention
-from aotc.compiler.passes.fusion.attention import PATTERN_NAME
 from aotc.compiler.quantize import AttentionBF16
 
 RNG = np.random.default_rng(0)
@@ -23,36 +27,8 @@ BF16_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server",
 PLAIN_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
 
 
-def _attention_module(queries=32, keys=32, depth=16, width=16, scale=("divide", 4.0),
-                      mask=True, safe=False, symbolic=False):
-    seq = tvm.tirx.Var("seq", "int64") if symbolic else None
-    rows, cols = (seq, seq) if symbolic else (queries, keys)
-    bb = relax.BlockBuilder()
-    q = relax.Var("q", relax.TensorType((1, 2, rows, depth), "float32"))
-    kt = relax.Var("kt", relax.TensorType((1, 2, depth, cols), "float32"))
-    v = relax.Var("v", relax.TensorType((1, 2, cols, width), "float32"))
-    params = [q, kt, v]
-    if mask:
-        params.append(relax.Var("mask", relax.TensorType((1, 1, 1, cols), "float32")))
-    with bb.function("main", params):
-        with bb.dataflow():
-            s = bb.emit(relax.op.matmul(q, kt))
-            if scale is not None:
-                op = relax.op.divide if scale[0] == "divide" else relax.op.multiply
-                s = bb.emit(op(s, relax.const(scale[1], "float32")))
-            if mask:
-                s = bb.emit(relax.op.add(s, params[3]))
-            p = bb.emit(relax.op.nn.softmax(s, axis=-1))
-            if safe:
-                p = bb.emit(relax.op.where(bb.emit(relax.op.isnan(p)),
-                                           relax.const(0.0, "float32"), p))
-            out = bb.emit_output(relax.op.matmul(p, v))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 def _fused(**kwargs) -> tvm.IRModule:
-    return FuseAttention()(_attention_module(**kwargs))
+    return FuseAttention()(attention_module(**kwargs))
 
 
 def _converted(before: tvm.IRModule, target=BF16_TARGET, enabled=True) -> tvm.IRModule:
@@ -104,14 +80,9 @@ def _arrays(mod, seq=None):
     return out
 
 
-def _grouped(mod) -> list:
-    return [gv for gv, f in mod.functions_items() if isinstance(f, relax.Function)
-            and f.attrs is not None and f.attrs.get("Composite") == PATTERN_NAME]
-
-
 def test_the_grouped_attention_becomes_the_four_bf16_kernels():
     before = _fused()
-    assert len(_grouped(before)) == 1
+    assert len(attention_functions(before)) == 1
     after = _converted(before)
     tvm.ir.assert_structural_equal(after, _expected(before))
     arrays = _arrays(before)
@@ -126,8 +97,8 @@ def test_the_grouped_attention_becomes_the_four_bf16_kernels():
 def test_numbers_stay_near_float32(kwargs):
     before = _fused(**kwargs)
     after = _converted(before)
-    assert _grouped(after) == [] and "attention_bf16" in [g.name_hint for g in
-                                                          after.get_global_vars()]
+    assert attention_functions(after) == [] and "attention_bf16" in [g.name_hint for g in
+                                                                     after.get_global_vars()]
     arrays = _arrays(before)
     assert_matches(_run(after, arrays), _run(before, arrays), 0.9999, 0.02)
 
@@ -135,7 +106,7 @@ def test_numbers_stay_near_float32(kwargs):
 def test_a_symbolic_length_keeps_its_padding():
     before = _fused(symbolic=True)
     after = _converted(before)
-    assert _grouped(after) == []
+    assert attention_functions(after) == []
     for seq in (1, 13, 40):
         arrays = _arrays(before, seq)
         assert_matches(_run(after, arrays), _run(before, arrays), 0.9999, 0.02)

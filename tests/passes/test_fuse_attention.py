@@ -6,11 +6,10 @@ left alone. CombineProjections: matmuls sharing an input with constant weights b
 import numpy as np
 import pytest
 import tvm
-from relax_helpers import main_ops
+from relax_helpers import attention_functions, main_ops
 from tvm import relax
 
 from aotc.compiler.passes.fusion import CombineProjections, FuseAttention
-from aotc.compiler.passes.fusion.attention import PATTERN_NAME
 
 RNG = np.random.default_rng(0)
 TARGET = tvm.target.Target({"kind": "llvm"})
@@ -64,12 +63,6 @@ def _run(mod, arrays):
     return out.numpy()
 
 
-def _attention_functions(mod):
-    return [gv.name_hint for gv, f in mod.functions_items()
-            if isinstance(f, relax.Function) and f.attrs is not None
-            and f.attrs.get("Composite") == PATTERN_NAME]
-
-
 
 @pytest.mark.parametrize("queries, keys, mask_shape, scale", [
     (197, 197, (1, 1, 197, 197), "divide"),   # ragged: padded rows and keys, full mask
@@ -79,7 +72,7 @@ def _attention_functions(mod):
 def test_attention_becomes_one_function_with_the_same_numbers(queries, keys, mask_shape, scale):
     before = _attention_module(queries, keys, mask_shape, scale)
     after = FuseAttention()(before)
-    assert len(_attention_functions(after)) == 1
+    assert len(attention_functions(after)) == 1
     ops = main_ops(after)
     assert "relax.nn.softmax" not in ops and "relax.matmul" not in ops
     padded = keys % 16 != 0 or queries % 8 != 0
@@ -115,14 +108,14 @@ def test_a_symbolic_length_is_padded_by_kernels_and_fused():
     length left attention as three kernels (8x the time of a fixed-length build)."""
     before = _symbolic_attention_module()
     after = FuseAttention()(before)
-    assert len(_attention_functions(after)) == 1
+    assert len(attention_functions(after)) == 1
     ops = main_ops(after)
     assert "relax.nn.softmax" not in ops and "relax.matmul" not in ops
     pads = sorted(gv.name_hint for gv, f in after.functions_items()
                   if gv.name_hint.startswith("aotc_pad"))
     # rows of Q (zeros), keys of Kt and V (zeros), the mask's keys (the lowest float)
     assert len(pads) == 4 and sum(name.endswith("_lowest") for name in pads) == 1
-    fused = after[_attention_functions(after)[0]]
+    fused = after[attention_functions(after)[0]]
     keys = str(fused.params[1].ty.shape.values[-1])
     assert keys == "(seq + T.int64(15)) // T.int64(16) * T.int64(16)", keys
     for batch, seq in [(1, 1), (2, 13), (1, 16), (3, 37)]:
@@ -140,11 +133,11 @@ def test_torchs_safe_softmax_is_fused_too(queries, keys):
     function with the where inside; before, the chain stayed three kernels."""
     before = _attention_module(queries, keys, (1, 1, 1, keys), "divide", safe=True)
     after = FuseAttention()(before)
-    assert len(_attention_functions(after)) == 1
+    assert len(attention_functions(after)) == 1
     ops = main_ops(after)
     assert "relax.where" not in ops and "relax.isnan" not in ops
     fused = [f for gv, f in after.functions_items() if gv.name_hint in
-             _attention_functions(after)][0]
+             attention_functions(after)][0]
     inner = []
     relax.analysis.post_order_visit(fused.body, lambda e: inner.append(e.op.name) if isinstance(
         e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
@@ -159,7 +152,7 @@ def test_a_scalar_mask_with_padded_keys_is_fused():
     failed the compile."""
     before = _attention_module(13, 29, mask_shape=())
     after = FuseAttention()(before)
-    assert len(_attention_functions(after)) == 1
+    assert len(attention_functions(after)) == 1
     rng = np.random.default_rng(2)
     arrays = [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype(np.float32)
               for p in before["main"].params]
@@ -169,13 +162,13 @@ def test_a_scalar_mask_with_padded_keys_is_fused():
 def test_probabilities_read_elsewhere_are_not_fused():
     before = _attention_module(197, 197, scale="divide", probs_out=True)
     after = FuseAttention()(before)
-    assert _attention_functions(after) == []
+    assert attention_functions(after) == []
     assert "relax.nn.pad" not in main_ops(after)  # no second, padded copy of the chain
 
 
 def test_softmax_over_another_axis_is_not_attention():
     after = FuseAttention()(_attention_module(16, 16, axis=2))
-    assert _attention_functions(after) == []
+    assert attention_functions(after) == []
 
 
 def _parallel_projections(constant_weights=True, biases=False):

@@ -9,7 +9,7 @@ bits, since rounding is monotone."""
 
 import numpy as np
 import tvm
-from relax_helpers import run_main
+from relax_helpers import converted_parts, random_conv1x1, run_main
 from tvm import relax, topi
 
 from aotc.compiler import dot_kernels
@@ -23,11 +23,7 @@ def _float_module(pool_input_also_added: bool = False, pool_result_added: bool =
     """The stem; ``pool_input_also_added``: y is also added to itself (a second, float32
     reader); ``pool_result_added``: p is also squared (a float32 reader of the
     pool's result)."""
-    rng = np.random.default_rng(0)
-
-    def conv(x, ic, oc):
-        w = relax.const((rng.standard_normal((1, 1, ic, oc)) * 0.3).astype(np.float32))
-        return relax.op.nn.conv2d(x, w, data_layout="NHWC", kernel_layout="HWIO")
+    conv = random_conv1x1(np.random.default_rng(0))
     bb = relax.BlockBuilder()
     x = relax.Var("x", X)
     with bb.function("main", [x]):
@@ -52,11 +48,7 @@ def _converted(**kwargs) -> tvm.IRModule:
 def _expected(before: tvm.IRModule) -> tvm.IRModule:
     """``before`` as the pass should leave it, written out: y converted, the pool of its
     bits."""
-    kernels = {gv: f for gv, f in before.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
-    gvs = {gv.name_hint: gv for gv in kernels}
-    calls = [b.value for b in before["main"].body.blocks[0].bindings
-             if isinstance(b.value, relax.Call) and b.value.op.name == "relax.call_tir"]
-    weights = [c.args[1].fields[1] for c in calls if c.args[0].name_hint.startswith("conv2d")]
+    kernels, gvs, weights = converted_parts(before)
     bb = relax.BlockBuilder(tvm.IRModule(kernels))
     x = relax.Var("x", X)
     with bb.function("main", [x]):

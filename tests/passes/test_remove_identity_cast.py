@@ -3,12 +3,11 @@ it gone, attention exported with transformers' cast of the probabilities (GPT-2)
 
 import numpy as np
 import tvm
-from relax_helpers import main_ops
+from relax_helpers import attention_functions, attention_module, main_ops
 from tvm import relax
 from tvm.script import relax as R
 
 from aotc.compiler.passes import FuseAttention, RemoveIdentityCast
-from aotc.compiler.passes.fusion.attention import PATTERN_NAME
 
 
 def _module():
@@ -44,33 +43,11 @@ def test_identity_cast_is_removed_and_real_one_kept():
     assert np.array_equal(_run(after, x), _run(_module(), x))
 
 
-def _cast_attention():
-    """softmax(q @ kt * scale), cast to float32, @ v: transformers' eager attention."""
-    bb = relax.BlockBuilder()
-    q = relax.Var("q", relax.TensorType((1, 4, 24, 16), "float32"))
-    kt = relax.Var("kt", relax.TensorType((1, 4, 16, 24), "float32"))
-    v = relax.Var("v", relax.TensorType((1, 4, 24, 16), "float32"))
-    with bb.function("main", [q, kt, v]):
-        with bb.dataflow():
-            s = bb.emit(relax.op.multiply(bb.emit(relax.op.matmul(q, kt)),
-                                          relax.const(0.25, "float32")))
-            p = bb.emit(relax.op.astype(bb.emit(relax.op.nn.softmax(s, axis=-1)), "float32"))
-            out = bb.emit_output(relax.op.matmul(p, v))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
-def _fused(mod) -> list[str]:
-    return [gv.name_hint for gv, f in mod.functions_items()
-            if isinstance(f, relax.Function) and f.attrs is not None
-            and f.attrs.get("Composite") == PATTERN_NAME]
-
-
 def test_attention_with_a_cast_of_its_probabilities_is_fused_once_the_cast_is_gone():
-    before = _cast_attention()
-    assert _fused(FuseAttention()(before)) == []
+    before = attention_module(scale=("multiply", 0.25), mask=False, cast=True)
+    assert attention_functions(FuseAttention()(before)) == []
     after = FuseAttention()(RemoveIdentityCast()(before))
-    assert len(_fused(after)) == 1 and "relax.nn.softmax" not in main_ops(after)
+    assert len(attention_functions(after)) == 1 and "relax.nn.softmax" not in main_ops(after)
     rng = np.random.default_rng(1)
     arrays = [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype(np.float32)
               for p in before["main"].params]

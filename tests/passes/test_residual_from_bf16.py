@@ -11,7 +11,7 @@ shortcut's result are rounded to bfloat16 (relative error at most 2^-8 of each).
 
 import numpy as np
 import tvm
-from relax_helpers import run_main
+from relax_helpers import converted_parts, random_conv1x1, run_main
 from tvm import relax
 
 from aotc.compiler import dot_kernels
@@ -23,11 +23,7 @@ X = relax.TensorType((1, 8, 8, 16), "float32")
 
 def _float_module(output: str = "out"):
     """The block; ``output`` "y" or "s": the model ends there (for the error bound)."""
-    rng = np.random.default_rng(SEED)  # the same weights for each output
-
-    def conv(x, ic, oc):
-        w = relax.const((rng.standard_normal((1, 1, ic, oc)) * 0.3).astype(np.float32))
-        return relax.op.nn.conv2d(x, w, data_layout="NHWC", kernel_layout="HWIO")
+    conv = random_conv1x1(np.random.default_rng(SEED))  # the same weights for each output
     bb = relax.BlockBuilder()
     x = relax.Var("x", X)
     with bb.function("main", [x]):
@@ -44,11 +40,7 @@ def _float_module(output: str = "out"):
 def _expected(before: tvm.IRModule) -> tvm.IRModule:
     """``before`` (ConvertBF16's output) as the pass should leave it, written out: its kernels
     and packed weights, one conversion of y, the last add reading from_bf16 of it."""
-    kernels = {gv: f for gv, f in before.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
-    gvs = {gv.name_hint: gv for gv in kernels}
-    calls = [b.value for b in before["main"].body.blocks[0].bindings
-             if b.value.op.name == "relax.call_tir"]
-    weights = [c.args[1].fields[1] for c in calls if c.args[0].name_hint.startswith("conv2d")]
+    kernels, gvs, weights = converted_parts(before)
     bits = relax.TensorType((1, 8, 8, 32), "uint16")
     y_type = relax.TensorType((1, 8, 8, 32), "float32")
     bb = relax.BlockBuilder(tvm.IRModule(kernels))
