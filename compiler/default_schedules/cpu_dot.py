@@ -687,7 +687,7 @@ def _crop_per_tile(sch: s_tir.Schedule, crop, tile_loop, lanes: int) -> None:
     loop = sch.get_loops(crop)[-1]
     extent = _extent(sch, loop)
     if extent and extent % lanes == 0:
-        outer, inner = sch.split(loop, factors=[None, lanes])
+        _, inner = sch.split(loop, factors=[None, lanes])
         sch.vectorize(inner)
 
 

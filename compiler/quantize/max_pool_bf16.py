@@ -22,15 +22,12 @@ from tvm import relax, topi
 
 from .. import dot_kernels
 from ..relax_walk import main_dataflow_blocks, mutate_functions, op_name
-
-_TO_BF16 = "to_bf16"  # ConvertBF16's conversion kernels (compiler/quantize/bf16.py)
+from .residual_from_bf16 import TO_BF16, conversion_of
 
 
 def _converted_only(var, values: dict, users: dict) -> bool:
     readers = users.get(var, [])
-    return bool(readers) and all(
-        op_name(values.get(u)) == "relax.call_tir"
-        and values[u].args[0].name_hint.startswith(_TO_BF16) for u in readers)
+    return bool(readers) and all(conversion_of(values.get(u)) is not None for u in readers)
 
 
 def _pools(block: relax.DataflowBlock) -> set:
@@ -71,7 +68,7 @@ class _Rewriter(relax.PyExprMutator):
             value = binding.value
             bits = self.builder_.emit_te(dot_kernels.to_bf16_bits,
                                          self.visit_expr(value.args[0]),
-                                         primfunc_name_hint=_TO_BF16)
+                                         primfunc_name_hint=TO_BF16)
             binding = relax.VarBinding(binding.var, self.builder_.call_te(
                 _pool_of_bits, bits, value.attrs, primfunc_name_hint="max_pool2d_bf16"))
         super().visit_var_binding_(binding)

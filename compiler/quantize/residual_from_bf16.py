@@ -36,7 +36,7 @@ from .. import dot_kernels
 from ..relax_walk import main_dataflow_blocks, mutate_functions, op_name
 from .residual_from_quantized import ResidualRerouter
 
-_TO_BF16 = "to_bf16"      # ConvertBF16's conversion kernels (compiler/quantize/bf16.py)
+TO_BF16 = "to_bf16"      # ConvertBF16's conversion kernels (compiler/quantize/bf16.py)
 _CONV_BF16 = "conv2d_bf16"
 # what may follow a conv's kernel on the way to the add: its bias or scale, by a constant
 _CHAIN_OPS = ("relax.add", "relax.multiply")
@@ -48,9 +48,9 @@ def _callee(value) -> str:
     return value.args[0].name_hint
 
 
-def _conversion_of(value) -> relax.Expr | None:
+def conversion_of(value) -> relax.Expr | None:
     """x of a ConvertBF16 ``to_bf16(x)`` call, else None."""
-    if not _callee(value).startswith(_TO_BF16):
+    if not _callee(value).startswith(TO_BF16):
         return None
     [x] = value.args[1].fields
     return x
@@ -96,7 +96,7 @@ def _plan(block: relax.DataflowBlock) -> tuple[dict, dict, dict]:
     order = {b.var: i for i, b in enumerate(block.bindings)}
     first, duplicates, rerouted = {}, {}, {}
     for var, value in values.items():
-        x = _conversion_of(value)
+        x = conversion_of(value)
         if x is None:
             continue
         if x in first:
@@ -122,7 +122,7 @@ def _widened(builder: relax.BlockBuilder, bits: relax.Expr) -> relax.Expr:
 def _add_narrowed(builder: relax.BlockBuilder, other: relax.Expr, side: relax.Expr):
     """``other + side`` with ``side`` passed as bfloat16 bits (to_bf16 of it, widened by the
     add)."""
-    bits = builder.emit_te(dot_kernels.to_bf16_bits, side, primfunc_name_hint=_TO_BF16)
+    bits = builder.emit_te(dot_kernels.to_bf16_bits, side, primfunc_name_hint=TO_BF16)
     return builder.call_te(dot_kernels.add_bf16_bits, other, bits, primfunc_name_hint="add_bf16")
 
 
