@@ -273,6 +273,8 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
         "shortcuts, pools reading their input in place", peers_table),
     "peers_amx_gpt2": ("Sapphire Rapids host: GPT-2 small with its attention fused (the "
                        "probabilities' identity cast removed)", peers_table),
+    "peers_amx_other_architectures": (
+        "Sapphire Rapids host: MobileNetV3-Large, ConvNeXt-T and Swin-T, 2 rounds", peers_table),
     "peers_amx_final": ("Sapphire Rapids host: ResNet-50, BERT-base, ViT-B/16 and GPT-2 small "
                         "with AMX crops right after each tile", peers_table),
     "quantize_amx": ("Sapphire Rapids host: int8, bf16 and fp16 against float32 and "
