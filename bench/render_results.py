@@ -237,6 +237,8 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers": ("Standard architectures against peer engines", peers_table),
     "peers_iree": ("Compile time and latency against IREE", peers_table),
     "peers_iree_avx2": ("AVX2 host: compile time and latency against IREE", peers_table),
+    "peers_iree_amx": ("Sapphire Rapids host: compile time against IREE, float32 and bf16 builds",
+                       peers_table),
     "peers_gpt2_power": ("GPT-2 small after the constant-power rewrite", peers_table),
     "peers_efficientnet_auto_pad": ("EfficientNet-B0 after the Conv auto_pad rewrite",
                                     peers_table),
