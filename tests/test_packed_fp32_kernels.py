@@ -181,13 +181,13 @@ def test_a_short_reductions_tile_buffer_stays_on_the_stack(ic, stays_on_the_stac
     np.testing.assert_allclose(got.numpy(), x @ w[0, 0], rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("rows,tile_rows", [(8, 4), (12, 3), (7, 7), (49, 7), (5, 5)])
+@pytest.mark.parametrize("rows,tile_rows", [(8, 8), (16, 8), (12, 6), (7, 7), (49, 7), (5, 5)])
 def test_matmul_tile_rows(rows, tile_rows):
-    """Tiles of at most cpu_dot.MATMUL_TILE_ROWS rows where such a count of 2 or more divides
-    the rows; else a deeper one (7 rows, ConvNeXt's 7x7 tokens: not one row); the output
-    matches numpy either way."""
-    x = RNG.standard_normal((1, rows, 256)).astype(np.float32)
-    w = RNG.standard_normal((256, 64)).astype(np.float32)
+    """Tiles of at most cpu_dot.MATMUL_TILE_ROWS (8) rows, as deep as a divisor of the rows
+    allows (7 rows, ConvNeXt's 7x7 tokens: 7, not one row); the output matches numpy. K is
+    long enough that the stack's cap on accumulators (a short reduction's) does not apply."""
+    x = RNG.standard_normal((1, rows, 512)).astype(np.float32)
+    w = RNG.standard_normal((512, 64)).astype(np.float32)
     packed = k.pack_matmul_weight(w, k.fp32_format(16))
     xt = te.placeholder(x.shape, "float32", "x")
     wt = te.placeholder(packed.shape, "float32", "w")
@@ -198,7 +198,7 @@ def test_matmul_tile_rows(rows, tile_rows):
     got = tvm.runtime.tensor(np.zeros((1, rows, 64), np.float32))
     skip_unless_runs_here(TARGETS[16])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
-    np.testing.assert_allclose(got.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
 
 
 def test_avx2_tiles_leave_the_broadcast_a_register():

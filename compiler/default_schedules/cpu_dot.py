@@ -65,15 +65,13 @@ _MAX_ROWS, _MAX_CHANNEL_BLOCKS = 16, 4
 STACK_TILE_ACCUMULATORS = 15
 SHORT_REDUCTION = 256
 # Rows of a float32 or bf16 matmul's register tile, at most: each row of the tile reads its own
-# row of the activation, K elements apart from the next, and past a few such streams per tile
-# the reduction waits on cache misses (a 15-row tile of a K=2048 matmul ran at two thirds of
-# a 4-row one's rate). A conv's tile rows are neighbouring pixels and keep deeper tiles.
-MATMUL_TILE_ROWS = 4
-# Where no count of 2 to MATMUL_TILE_ROWS rows divides the matmul's rows (7: ConvNeXt's last
-# stage, 7x7 tokens), a deeper tile of up to this many (PrepackWeights pads rows that have no
-# divisor up to it): a one-row tile leaves too few accumulators to cover the multiply-add
-# latency and ran at half the rate.
-MATMUL_FALLBACK_TILE_ROWS = 8
+# row of the activation, K elements apart from the next, and past several such streams per
+# tile the reduction waits on cache misses (a 15-row tile of a K=2048 matmul ran at two thirds
+# of a 4-row one's rate); too few rows and each weight vector loaded from L2 feeds too few
+# multiply-adds (4-row tiles ran 5-15% slower than 6- and 8-row ones on Sapphire Rapids:
+# docs/design/measurements.md). A conv's tile rows are neighbouring pixels and keep deeper
+# tiles. Rows that no count of 4 to 8 divides are padded by PrepackWeights.
+MATMUL_TILE_ROWS = 8
 
 
 def _packed_block(infos) -> tuple[object, DotFormat] | None:
@@ -353,8 +351,6 @@ class PackedDot(CpuRule):
         max_rows = _MAX_ROWS
         if fmt.name in ("fp32", "bf16") and _packed_matmul(sch, block, fmt):
             max_rows = MATMUL_TILE_ROWS
-            if row_extent > 1 and _largest_divisor(row_extent, MATMUL_TILE_ROWS) == 1:
-                max_rows = MATMUL_FALLBACK_TILE_ROWS
         rows, blocks = self._tile(sch, _extent(sch, channel_outer), row_extent, kernel,
                                   accumulators, max_rows)
         row_out, row_in = sch.split(spatial[-2], factors=[None, rows])
