@@ -416,3 +416,73 @@ def test_a_matmul_over_flattened_rows_writes_its_axes_back(lanes):
                  lanes)
     want = (x.astype(np.float64) @ w).reshape(12, 7, 24)
     _check_run(lib, TARGETS[lanes], x, packed, want)
+
+
+def _crop_under_tile(sch) -> bool:
+    """Whether the crop block of a scheduled packed kernel sits in the tile's parallel loop."""
+    crop = sch.get_sblock(k.CROP_BLOCK)
+    update = next(b for b in sch.get_child_blocks(sch.get_sblock("root"))
+                  if sch.get(b).name_hint.endswith("_update"))
+    return sch.get(sch.get_loops(crop)[0]).same_as(sch.get(sch.get_loops(update)[0]))
+
+
+@pytest.mark.parametrize("case", ["rows", "columns"])
+def test_padding_is_cropped_right_after_each_tile(case):
+    """Rows padded to one block (197 -> 200, PrepackWeights' single block) or columns padded
+    to whole blocks (1,000 -> 1,008): the crop and its epilogue run in the tile's parallel
+    task, over that tile's real rows and columns, not as a pass of their own over the whole
+    output; against numpy, nothing written past the output."""
+    rows, padded, n = (197, 200, 96) if case == "rows" else (8, 8, 1000)
+    x = RNG.standard_normal((1, padded, 64)).astype(np.float32)
+    x[:, rows:] = 0
+    w = RNG.standard_normal((64, n)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.fp32_format(16))
+    xt = te.placeholder((1, 1, padded, 64) if case == "rows" else x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    acc = k.matmul(xt, wt, n, 0, rows=rows if case == "rows" else None)
+    out = te.compute(acc.shape, lambda *i: acc(*i) * 2.0 + 1.0, name="epilogue")
+    func = te.create_prim_func([xt, wt, out])
+    target = tvm.target.Target(TARGETS[16])
+    with target:
+        sch = PackedDot().apply(func, target, False)
+    assert _crop_under_tile(sch)
+    crop_loops = sch.get_loops(sch.get_sblock(k.CROP_BLOCK))
+    assert int(sch.get(crop_loops[1]).extent) <= 8  # the tile's rows, not all of them
+    lib = _build(func, 16)
+    want = (x[:, :rows].astype(np.float64) @ w) * 2 + 1
+    got, whole = guarded_output(want.shape)
+    skip_unless_runs_here(TARGETS[16])
+    lib["main"](tvm.runtime.tensor(x.reshape([int(d) for d in xt.shape])),
+                tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-3)
+    check_guard(whole, want.shape)
+
+
+def test_crops_that_no_tile_bounds_stay_a_pass_of_their_own():
+    """Flattened rows given their axes back (read at i * 7 + j) and a conv over fused pixels
+    whose tiles wrap to the next output row (the crop's region under a tile would be the
+    rectangle around it, pixels other tasks write): the crop runs after all tiles, and the
+    outputs match numpy."""
+    x = RNG.standard_normal((84, 40)).astype(np.float32)
+    w = RNG.standard_normal((40, 24)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.fp32_format(16), out=np.zeros(
+        k.matmul_packed_shape(w.shape, k.fp32_format(16), whole_tiles=True), np.float32))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    func = te.create_prim_func([xt, wt, k.matmul(xt, wt, 24, 0, out_lead=[12, 7])])
+    target = tvm.target.Target(TARGETS[16])
+    with target:
+        assert not _crop_under_tile(PackedDot().apply(func, target, False))
+    _check_run(_build(func, 16), TARGETS[16], x, packed,
+               (x.astype(np.float64) @ w).reshape(12, 7, 24))
+    # 108 channels in 14 blocks of 8 over a 14x14 output: fused pixels on AVX2
+    x = RNG.standard_normal((1, 14, 14, 48)).astype(np.float32)
+    w = RNG.standard_normal((3, 3, 48, 108)).astype(np.float32)
+    func, packed = _conv_kernel(x, w, 8)
+    target = tvm.target.Target(TARGETS[8])
+    with target:
+        sch = PackedDot().apply(func, target, False)
+    update = sch.get_sblock("aotc_fp32x8_contract_update")
+    assert int(sch.get(update).iter_vars[0].dom.extent) == 196  # pixels fused
+    assert not _crop_under_tile(sch)
+    _check_run(_build(func, 8), TARGETS[8], x, packed, _numpy_conv(x, w), atol=1e-3)

@@ -380,12 +380,13 @@ class PackedDot(CpuRule):
         if crop is None:
             Contraction._inline_epilogues(sch, write_back, epilogues, lanes)
         else:
-            # Output channels padded to whole blocks: the tile writes the padded accumulator
-            # and the crop (epilogue inlined into it) runs on its own over the real channels.
-            # Merged into the write-back, it ran over the padded extent: past the output
-            # (Contraction._same_output_shape; tests/quantize/test_int8_kernels.py).
+            # Output channels or rows padded to whole blocks: the tile writes the padded
+            # accumulator and the crop (epilogue inlined into it) runs over the real ones,
+            # right after each tile where it reads the tile's rows by plain index
+            # (_crop_per_tile), else as a pass of its own. Merged into the write-back, it ran
+            # over the padded extent: past the output (Contraction._same_output_shape;
+            # tests/quantize/test_int8_kernels.py).
             Contraction._inline_epilogues(sch, crop, epilogues[1:], lanes)
-            schedule_injective_block(sch, crop, lanes)
         if merged_width is not None:
             # written pixel by fused pixel too: by height and width, the tile's region was
             # the rectangle around a tile that wraps to the next row
@@ -394,6 +395,12 @@ class PackedDot(CpuRule):
                 rank, rank - 3, merged_width, _index_dtype(sch, write_back)))
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
         _vectorize_write_back(sch, write_back, lanes)
+        # over fused pixels a tile may wrap to the next output row: the crop's region under it
+        # would be the rectangle around the tile, pixels other tasks write
+        if crop is not None and merged_width is None and _reads_by_plain_index(sch, crop):
+            _crop_per_tile(sch, crop, tile, lanes)
+        elif crop is not None:
+            schedule_injective_block(sch, crop, lanes)
         if name is None:  # before decomposing: the update block is then no reduction block
             sch.vectorize(channel_lane)
         init = sch.decompose_reduction(block, reduce[0] if len(reduce) > 1 else reduce_outer)
@@ -662,13 +669,14 @@ def _index_dtype(sch, block) -> str:
 
 
 def _reads_by_plain_index(sch: s_tir.Schedule, block) -> bool:
-    """Whether ``block`` reads every buffer at indices without a division or remainder: only
-    then can reverse_compute_at bound its region to one tile's (rows of several padded
-    blocks, read at i // R and i % R, came out as all the rows for every tile)."""
+    """Whether ``block`` reads every buffer at its own block variables or constants, no
+    arithmetic: only then can reverse_compute_at bound its region to one tile's. Rows of
+    several padded blocks, read at i // R and i % R, came out as all the rows for every tile;
+    flattened rows given their axes back (read at i * W + j: dot_kernels' out_lead) came out
+    as a region that missed rows, and the kernel computed wrong values."""
     for region in sch.get(block).reads:
         for axis in region.region:
-            if any(type(node).__name__ in ("FloorDiv", "FloorMod", "Div", "Mod")
-                   for node in subexpressions(axis.min)):
+            if not isinstance(axis.min, (tirx.Var, tirx.IntImm)):
                 return False
     return True
 

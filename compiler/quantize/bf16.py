@@ -17,14 +17,14 @@ read the bf16 copy). The weights are rounded to bfloat16 and packed at compile t
 instead: F(4x4) ones are left to WinogradConv (float32), F(2x2) ones become the same three
 kernels with a bf16 product (winograd_kernels.py).
 
-Which sites: every one (``bytes_per_row`` can keep small weights float32). With the 4-row
-matmul tiles of cpu_dot.MATMUL_TILE_ROWS a bf16 matmul runs at about twice its float32 twin
-on an AVX512-BF16 CPU (docs/design/measurements.md#compilerquantizebf16py); on AMX targets the
+Which sites: every one (``bytes_per_row`` can keep small weights float32). With the
+matmul tiles of cpu_dot.MATMUL_TILE_ROWS a bf16 matmul ran at about twice its float32 twin
+on an AVX512-BF16 CPU of AMD's (docs/design/measurements.md#compilerquantizebf16py); on AMX targets the
 kernels run on tile registers instead (default_schedules/amx_intrinsics.py), several times
 the AVX512-BF16 kernel's rate (measurements.md, amx_intrinsics.py), and matmul rows no AMX
-tile divides are padded for one (amx_padded_rows), not to blocks of 8. Rows that no 4-8-row
-tile divides (ViT's 197 tokens)
-or that are symbolic are padded to blocks of 8, as PrepackWeights pads float32 ones.
+tile divides are padded for one (amx_padded_rows). Elsewhere rows that no 4-8-row tile
+divides (ViT's 197 tokens) are padded to one block of a multiple of 8 (200), and symbolic ones
+to blocks of 8, as PrepackWeights pads float32 ones.
 
 What stays float32, and why: depthwise/grouped convolutions (no dot product over channels to
 pack), matmuls of two activations outside the grouped attention (AttentionBF16 converts that

@@ -5,7 +5,7 @@ with 13 rows.
 After the pass (AVX-512: 16 lanes): the 32-channel conv and the two matmuls are packed
 kernels (call_tir conv2d_packed / matmul_packed / matmul_packed1) with weights
 [2, 3, 3, 3, 16, 1], [2, 96, 16, 1] and [1, 32, 16, 1]; the 13-row matmul (no row tile
-between 4 and 8) reads its rows padded to two blocks of 8 (pad_rows) and crops them in its
+between 4 and 8) reads its rows padded to one block of 16 (pad_rows) and crops them in its
 kernel; the depthwise conv (no packed kernel) and the 24-channel conv (not whole blocks of 16)
 are still Relax ops; bias and ReLU stay after the kernels. With 8 lanes (AVX2) the 24-channel conv
 is packed too; with none (a GPU
@@ -75,7 +75,7 @@ def test_structure():
     assert shapes == {"conv2d_packed": [2, 3, 3, 3, 16, 1], "matmul_packed": [2, 96, 16, 1],
                       "matmul_packed1": [1, 32, 16, 1]}
     padded = calls["matmul_packed1"].args[1].fields[0].ty.shape
-    assert [int(d) for d in padded] == [2, 8, 32]  # 13 rows in two blocks of 8
+    assert [int(d) for d in padded] == [1, 16, 32]  # 13 rows in one block of 16
     assert [int(d) for d in calls["matmul_packed1"].ty.shape] == [13, 16]
     assert ops.count("relax.add") == 2 and ops.count("relax.nn.relu") == 1
 
@@ -313,7 +313,7 @@ def test_a_grouped_conv_whose_groups_fill_blocks_is_packed():
 def test_avx2_pads_matmul_rows_that_only_seven_divides(rows, padded):
     """Where a broadcast takes a register (AVX2) a tile of two blocks has at most 6 rows, so
     49 rows (a second of wav2vec2 audio) ran 7x1 tiles, each broadcast feeding one multiply-
-    add: their rows are padded to blocks of 8 (pad_rows, then 4x2 tiles). 48 and 35 rows keep
+    add: their rows are padded to a multiple of 8 (pad_rows, then 4x2 tiles). 48 and 35 rows keep
     their tiles (4..6 divides them); without broadcast_register (AVX-512) nothing changes.
     The numbers equal the original's."""
     bb = relax.BlockBuilder()
@@ -367,8 +367,8 @@ def test_windowed_rows_are_flattened_instead_of_padded():
 ])
 def test_rows_flatten_only_into_tiles_as_deep_as_padding_gives(lead, flattened_avx2,
                                                                flattened_avx512):
-    """A batch of ViT's 197 tokens: padded blocks of 8 run 4-row tiles on AVX2 and 8-row ones
-    on AVX-512, so the flattened rows are taken only where they tile as deep."""
+    """A batch of ViT's 197 tokens: rows padded to a multiple of 8 run 4-row tiles on AVX2 and
+    8-row ones on AVX-512, so the flattened rows are taken only where they tile as deep."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((*lead, 32), "float32"))
     with bb.function("main", [x]):

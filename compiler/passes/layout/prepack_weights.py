@@ -179,7 +179,7 @@ def pads_rows(site: Site, lanes: int, max_rows: int = _MAX_ROWS) -> bool:
 # blocks has 6 rows (R*2 + 2 weights + the broadcast + a spare <= 16 registers:
 # cpu_dot._tile_with_broadcast_register). A matmul whose rows only 7 divides (49 frames of a
 # second of wav2vec2 audio) took a 7x1 tile, each broadcast feeding one multiply-add; its
-# rows padded to blocks of 8 run 4x2 (docs/design/measurements.md).
+# rows padded to a multiple of 8 run 4x2 (docs/design/measurements.md).
 _BROADCAST_REGISTER_ROWS = 6
 
 
@@ -269,9 +269,9 @@ def flattened_rows(site: Site) -> int | None:
 def flattens_rows(site: Site, max_rows: int) -> bool:
     """A matmul whose rows no tile divides but whose rows and leading axes together a tile
     as deep as padding would give does (64 windows of 49 tokens: 3,136 = 4 x 784 on AVX2,
-    where rows padded to blocks of 8 run 4-row tiles too): its packed kernel runs on the
+    where rows padded to a multiple of 8 run 4-row tiles too): its packed kernel runs on the
     flattened rows, with no padding, and restores the axes in its crop block. Where padded
-    blocks would run 8-row tiles (AVX-512), the flattened rows must divide by 8."""
+    rows would run 8-row tiles (AVX-512), the flattened rows must divide by 8."""
     rows, flat = tile_rows(site), flattened_rows(site)
     if rows is None or flat is None or whole_rows(rows, max_rows):
         return False
@@ -289,17 +289,23 @@ def flat_rows_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
 
 
 def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt, name: str = "matmul_packed",
-                      block: int = dot_kernels.SYMBOLIC_ROWS) -> relax.Expr:
+                      block: int | None = None) -> relax.Expr:
     """The packed matmul of a site whose rows are symbolic or have no tile-sized divisor:
     rows padded to whole blocks of ``block`` rows (an axis of blocks and a static one of
     rows: the tile's rows), the packed kernel, the blocks joined back and the padded rows
-    sliced off. Static rows only may take a ``block`` other than dot_kernels.SYMBOLIC_ROWS
-    (bf16.py: a single block of all the rows, padded for AMX tiles)."""
+    sliced off. Symbolic rows take blocks of dot_kernels.SYMBOLIC_ROWS. Static rows are
+    padded to one block, of ``block`` rows (bf16.py: padded for AMX tiles) or else of the
+    rows rounded up to SYMBOLIC_ROWS (197 -> 200): the kernel's crop then reads row i of its
+    one block as row i, an index the schedule can bound to a tile's rows and crop right after
+    each tile (cpu_dot._crop_per_tile)."""
     shape = list(site.call.args[0].ty.shape.values)
     axis = len(shape) - 2
+    rows = tile_rows(site)
+    if block is None:
+        block = dot_kernels.SYMBOLIC_ROWS if rows is None else \
+            symbolic_padding.round_up(rows, dot_kernels.SYMBOLIC_ROWS)
     blocks = bb.emit_te(symbolic_padding.pad_axis_to_blocks, x, axis, block,
                         primfunc_name_hint="pad_rows")
-    rows = tile_rows(site)
     if rows is not None:  # static: cropped in the kernel, where the epilogue fuses
         return bb.emit_te(*site_packed_call(site, blocks, fmt), rows, primfunc_name_hint=name)
     assert block == dot_kernels.SYMBOLIC_ROWS, "symbolic rows take blocks of SYMBOLIC_ROWS"
