@@ -279,6 +279,12 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
         "Sapphire Rapids host: MobileNetV3-Large, ConvNeXt-T and Swin-T, 2 rounds", peers_table),
     "peers_amx_final": ("Sapphire Rapids host: ResNet-50, BERT-base, ViT-B/16 and GPT-2 small "
                         "with AMX crops right after each tile", peers_table),
+    "peers_amx_matmul_rows": (
+        "Sapphire Rapids host: float32 matmul tiles of 8 rows, crops right after each tile",
+        peers_table),
+    "peers_amx_more_architectures": (
+        "Sapphire Rapids host: eight more architectures (CNNs, audio encoders, a Llama-style "
+        "decoder, T5's encoder), 2 rounds", peers_table),
     "quantize_amx": ("Sapphire Rapids host: int8, bf16 and fp16 against float32 and "
                      "onnxruntime's int8, AMX kernels", quantize_table),
     "generate": ("Generation with a KV cache", generate_table),
