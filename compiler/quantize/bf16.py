@@ -45,7 +45,9 @@ from ..default_schedules.cpu_dot import AMX_MIN_ROWS
 from ..frontends.relax_shapes import static_shape
 from ..passes.layout.prepack_weights import (
     convert_sites,
+    padded_width,
     pads_rows,
+    pads_width,
     row_blocks_packed,
     site_kind,
     site_packed_call,
@@ -91,15 +93,35 @@ AMX_TILE_ROWS = 16
 
 def amx_padded_rows(site: Site) -> int | None:
     """On AMX, the rows a static matmul is padded to (one block of them): a multiple of two
-    tiles' rows (ViT's 197 tokens: 224), of one for 32 rows or fewer, where no tile of
-    AMX_MIN_ROWS to 16 rows divides the rows; None where one does, where the rows are fewer
-    than AMX_MIN_ROWS or symbolic (blocks of dot_kernels.SYMBOLIC_ROWS), or for a conv."""
+    tiles' rows (ViT's 197 tokens: 224), of one for 32 rows or fewer, where that takes fewer
+    tiles than the deepest tile of AMX_MIN_ROWS to 16 rows that divides the rows (49 rows,
+    wav2vec2's frames of a second of audio or ConvNeXt's last 7x7 tokens: 64 in 4 tiles, not 7
+    tiles of 7; a tile of a few rows costs most of a full one); None where it does not, where
+    the rows are fewer than AMX_MIN_ROWS or symbolic (blocks of dot_kernels.SYMBOLIC_ROWS), or
+    for a conv."""
     rows = tile_rows(site)
-    if site_kind(site) != "matmul" or rows is None or rows < AMX_MIN_ROWS or \
-            _largest_divisor(rows, AMX_TILE_ROWS) >= AMX_MIN_ROWS:
+    if site_kind(site) != "matmul" or rows is None or rows < AMX_MIN_ROWS:
         return None
     step = 2 * AMX_TILE_ROWS if rows > 2 * AMX_TILE_ROWS else AMX_TILE_ROWS
-    return -(-rows // step) * step
+    padded = -(-rows // step) * step
+    depth = _largest_divisor(rows, AMX_TILE_ROWS)
+    if depth >= AMX_MIN_ROWS and padded // AMX_TILE_ROWS >= rows // depth:
+        return None
+    return padded
+
+
+def amx_padded_width(site: Site) -> int | None:
+    """On AMX, the output columns a conv computes where no tile of AMX_MIN_ROWS to 16 rows
+    divides its output width (wav2vec2's strided convs over 799 and 199 steps): the width
+    rounded up to whole tiles of 16 (800, 208); the kernel reads zeros past the input's edge
+    and crops the extra columns (dot_kernels.conv2d_nhwc). Left at 799, such a conv ran on the
+    vector kernel at a ninth of the AMX rate. None for a matmul, a width a tile divides or one
+    under AMX_MIN_ROWS."""
+    width = tile_rows(site)
+    if site_kind(site) != "conv2d" or width is None or width < AMX_MIN_ROWS or \
+            _largest_divisor(width, AMX_TILE_ROWS) >= AMX_MIN_ROWS:
+        return None
+    return -(-width // AMX_TILE_ROWS) * AMX_TILE_ROWS
 
 
 def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr, amx: bool) -> relax.Expr:
@@ -109,7 +131,10 @@ def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr, amx: bool) -> 
         return row_blocks_packed(bb, site, xb, dot_kernels.BF16, "matmul_bf16", padded)
     if tile_rows(site) is None or pads_rows(site, dot_kernels.BF16.lanes):
         return row_blocks_packed(bb, site, xb, dot_kernels.BF16, "matmul_bf16")
-    return bb.emit_te(*site_packed_call(site, xb, dot_kernels.BF16),
+    # a conv's width no tile divides: computed padded, as PrepackWeights does float32 ones
+    width = amx_padded_width(site) if amx else (
+        padded_width(tile_rows(site)) if pads_width(site, dot_kernels.BF16.lanes) else None)
+    return bb.emit_te(*site_packed_call(site, xb, dot_kernels.BF16, padded_width=width),
                       primfunc_name_hint=f"{site_kind(site)}_bf16")
 
 

@@ -13,6 +13,7 @@ computed on bfloat16-rounded inputs and weights, up to float32 rounding.
 F(2x2) ones as bf16 Winograd kernels; their numbers near the float32 module's."""
 
 import ml_dtypes
+import pytest
 import numpy as np
 import tvm
 from relax_helpers import assert_matches, main_ops, run_main
@@ -177,3 +178,63 @@ def test_bf16_winograd_numbers_near_float32():
     for winograd in (True, False):
         got = run_main(ConvertBF16(True, winograd=winograd)(_winograd_module(weights)), x)
         assert_matches(got, exact, 0.9999, 0.02)
+
+
+def _single_op_module(x_shape, op):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(op(x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _padded_input(mod, kernel: str) -> list[int] | None:
+    """The static shape the call of ``kernel`` reads its activation in, or None without it."""
+    calls = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
+        e, relax.Call) and e.op.name == "relax.call_tir" and e.args[0].name_hint == kernel
+        else None)
+    return [int(d) for d in calls[0].args[1].fields[0].ty.shape] if calls else None
+
+
+@pytest.mark.parametrize("rows,padded", [(49, 64), (197, 224), (1500, 1504), (100, 128),
+                                         (56, None), (128, None), (14, None)])
+def test_amx_pads_matmul_rows_where_whole_tiles_take_fewer(rows, padded):
+    """On AMX a matmul's rows are padded to whole 16-row tiles (in pairs past 32 rows) where
+    that takes fewer tiles than the deepest tile that divides the rows: 49 rows (wav2vec2's
+    frames) run 4 tiles, not 7 of 7 rows; 56 keeps 4 of 14 and 128 its 16-row tiles. The
+    numbers equal the unpadded build's."""
+    w = relax.const(RNG.standard_normal((64, 32)).astype(np.float32))
+    before = _single_op_module((1, rows, 64), lambda x: relax.op.matmul(x, w))
+    amx = ConvertBF16(True, amx=True)(before)
+    if padded is None:
+        assert "pad_rows" not in _kernels(amx)
+    else:
+        assert _padded_input(amx, "matmul_bf16") == [1, 1, padded, 64]
+    x = RNG.standard_normal((1, rows, 64)).astype(np.float32)
+    np.testing.assert_allclose(run_main(amx, x), run_main(ConvertBF16(True)(before), x),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("width,computed", [(23, 32), (199, 208), (49, None), (112, None)])
+def test_amx_conv_width_no_tile_divides_is_computed_padded(width, computed):
+    """On AMX a conv whose output width no tile of 7 to 16 rows divides (wav2vec2's strided
+    convs over 799 and 199 steps; 23 here) computes whole 16-column tiles, reading zeros past
+    the input's edge, and crops them in its kernel; widths a tile divides are computed as
+    they are. The numbers equal those of the vector kernel's build (its own padding)."""
+    w = relax.const(RNG.standard_normal((1, 3, 32, 48)).astype(np.float32) * 0.3)
+    in_width = 2 * width + 1  # a stride-2 conv of 3 taps
+    before = _single_op_module((1, 1, in_width, 32), lambda x: relax.op.nn.conv2d(
+        x, w, strides=[1, 2], data_layout="NHWC", kernel_layout="HWIO"))
+    amx = ConvertBF16(True, amx=True)(before)
+    conv = next(f for gv, f in amx.functions_items() if gv.name_hint == "conv2d_bf16")
+    sch = tvm.s_tir.Schedule(conv)
+    sums = sch.get(sch.get_sblock("aotc_bf16_contract"))
+    assert int(sums.writes[0].source.shape[2]) == (computed or width)
+    assert [int(d) for d in conv.params[-1].ty.shape] == [1, 1, width, 48]
+    x = RNG.standard_normal((1, 1, in_width, 32)).astype(np.float32)
+    np.testing.assert_allclose(run_main(amx, x), run_main(ConvertBF16(True)(before), x),
+                               rtol=1e-5, atol=1e-5)
+

@@ -238,3 +238,33 @@ def test_bf16_attention_kernel_against_onnxruntime(tmp_path):
             assert "attention_bf16" in kernels and "softmax" not in kernels, kernels
             assert "pack_keys_bf16" in kernels and "pack_values_bf16" in kernels, kernels
         assert_matches(loaded.run({"x": x, "mask": mask})["y"], want, 0.999, 0.02)
+
+
+@needs_bf16
+def test_bf16_convs_over_a_prime_width_against_onnxruntime(tmp_path):
+    """Strided Conv1d layers over 95 and then 47 steps (as wav2vec2's feature extractor runs
+    over 799 and 199), then a matmul of the 47 frames: every conv and matmul a bf16 kernel
+    (on AMX the convs compute 48 columns and crop one, the matmul pads its rows to 64); the
+    compiled model, loaded in a fresh process, against onnxruntime."""
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], strides=[2]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Transpose", ["r1"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "w2"], ["y"])]
+    inits = [_init("w0", 64, 32, 3, scale=2), _init("b0", 64), _init("w1", 64, 64, 3, scale=2),
+             _init("b1", 64), _init("w2", 64, 48, scale=2)]
+    graph = helper.make_graph(
+        nodes, "conv1d_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 95])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 47, 48])], inits)
+    model = tmp_path / "conv1d.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "conv1d_bf16.so"
+    result = invoke("compile", model, "-o", out, "--precision", "bf16")
+    assert result.exit_code == 0, result.output
+    loaded = aotc.load(out)
+    kernels = " ".join(k["name"] for k in loaded.metadata["kernels"])
+    assert kernels.count("conv2d_bf16") == 2 and "matmul_bf16" in kernels, kernels
+    x = RNG.standard_normal((1, 32, 95)).astype(np.float32)
+    want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    assert_matches(loaded.run({"x": x})["y"], want, 0.999, 0.02)
