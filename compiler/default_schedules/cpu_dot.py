@@ -41,7 +41,6 @@ from .cpu_blocks import (
     _extent,
     _largest_divisor,
     schedule_injective_block,
-    subexpressions,
     vector_lanes,
 )
 from .cpu_contraction import GUARDED_TILE_ACCUMULATORS, Contraction, inline_padding

@@ -19,10 +19,11 @@ kernels with a bf16 product (winograd_kernels.py).
 
 Which sites: every one (``bytes_per_row`` can keep small weights float32). With the
 matmul tiles of cpu_dot.MATMUL_TILE_ROWS a bf16 matmul ran at about twice its float32 twin
-on an AVX512-BF16 CPU of AMD's (docs/design/measurements.md#compilerquantizebf16py); on AMX targets the
-kernels run on tile registers instead (default_schedules/amx_intrinsics.py), several times
-the AVX512-BF16 kernel's rate (measurements.md, amx_intrinsics.py), and matmul rows no AMX
-tile divides are padded for one (amx_padded_rows). Elsewhere rows that no 4-8-row tile
+on an AVX512-BF16 CPU of AMD's (docs/design/measurements.md#compilerquantizebf16py); on AMX
+targets the kernels run on tile registers instead (default_schedules/amx_intrinsics.py),
+several times the AVX512-BF16 kernel's rate (measurements.md, amx_intrinsics.py), matmul
+rows no AMX tile divides are padded for one (amx_padded_rows) and so are conv widths
+(amx_padded_width). Elsewhere rows that no 4-8-row tile
 divides (ViT's 197 tokens) are padded to one block of a multiple of 8 (200), and symbolic ones
 to blocks of 8, as PrepackWeights pads float32 ones.
 
@@ -115,8 +116,8 @@ def amx_padded_width(site: Site) -> int | None:
     divides its output width (wav2vec2's strided convs over 799 and 199 steps): the width
     rounded up to whole tiles of 16 (800, 208); the kernel reads zeros past the input's edge
     and crops the extra columns (dot_kernels.conv2d_nhwc). Left at 799, such a conv ran on the
-    vector kernel at a ninth of the AMX rate. None for a matmul, a width a tile divides or one
-    under AMX_MIN_ROWS."""
+    vector kernel, several times slower (docs/design/measurements.md). None for a matmul, a
+    width a tile divides or one under AMX_MIN_ROWS."""
     width = tile_rows(site)
     if site_kind(site) != "conv2d" or width is None or width < AMX_MIN_ROWS or \
             _largest_divisor(width, AMX_TILE_ROWS) >= AMX_MIN_ROWS:

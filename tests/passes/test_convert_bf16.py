@@ -13,8 +13,8 @@ computed on bfloat16-rounded inputs and weights, up to float32 rounding.
 F(2x2) ones as bf16 Winograd kernels; their numbers near the float32 module's."""
 
 import ml_dtypes
-import pytest
 import numpy as np
+import pytest
 import tvm
 from relax_helpers import assert_matches, main_ops, run_main
 from tvm import relax
