@@ -285,6 +285,9 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_amx_more_architectures": (
         "Sapphire Rapids host: eight more architectures (CNNs, audio encoders, a Llama-style "
         "decoder, T5's encoder), 2 rounds", peers_table),
+    "peers_amx_issue35": (
+        "Sapphire Rapids host: the seven architectures of issue 35's table, 4 rounds",
+        peers_table),
     "quantize_amx": ("Sapphire Rapids host: int8, bf16 and fp16 against float32 and "
                      "onnxruntime's int8, AMX kernels", quantize_table),
     "generate": ("Generation with a KV cache", generate_table),
