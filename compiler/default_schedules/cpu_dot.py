@@ -396,10 +396,7 @@ class PackedDot(CpuRule):
         _vectorize_write_back(sch, write_back, lanes)
         # over fused pixels a tile may wrap to the next output row: the crop's region under it
         # would be the rectangle around the tile, pixels other tasks write
-        if crop is not None and merged_width is None and _reads_by_plain_index(sch, crop):
-            _crop_per_tile(sch, crop, tile, lanes)
-        elif crop is not None:
-            schedule_injective_block(sch, crop, lanes)
+        _schedule_crop(sch, crop, tile, lanes, per_tile=merged_width is None)
         if name is None:  # before decomposing: the update block is then no reduction block
             sch.vectorize(channel_lane)
         init = sch.decompose_reduction(block, reduce[0] if len(reduce) > 1 else reduce_outer)
@@ -607,10 +604,7 @@ def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> N
         Contraction._inline_epilogues(sch, crop, epilogues[1:], kernel.lanes)
     sch.reverse_compute_at(write_back, fused, preserve_unit_loops=True)
     _vectorize_write_back(sch, write_back, kernel.lanes)
-    if crop is not None and _reads_by_plain_index(sch, crop):
-        _crop_per_tile(sch, crop, fused, kernel.lanes)
-    elif crop is not None:
-        schedule_injective_block(sch, crop, kernel.lanes)
+    _schedule_crop(sch, crop, fused, kernel.lanes)
     sch.tensorize(row_in, name)  # init included: the tiles start from zero
 
 
@@ -678,6 +672,19 @@ def _reads_by_plain_index(sch: s_tir.Schedule, block) -> bool:
             if not isinstance(axis.min, (tirx.Var, tirx.IntImm)):
                 return False
     return True
+
+
+def _schedule_crop(sch: s_tir.Schedule, crop, tile_loop, lanes: int,
+                   per_tile: bool = True) -> None:
+    """The crop block of a packed kernel (None: it has none), its epilogue inlined: right after
+    each tile (_crop_per_tile) where ``per_tile`` allows and it reads at plain indices
+    (_reads_by_plain_index), else as a pass of its own over the whole output."""
+    if crop is None:
+        return
+    if per_tile and _reads_by_plain_index(sch, crop):
+        _crop_per_tile(sch, crop, tile_loop, lanes)
+    else:
+        schedule_injective_block(sch, crop, lanes)
 
 
 def _crop_per_tile(sch: s_tir.Schedule, crop, tile_loop, lanes: int) -> None:
