@@ -111,3 +111,18 @@ def loops_spilling_vectors(asm: str) -> list[str]:
                 r"^\s*v\w+\s.*(%[xy]mm.*\(%rsp\)|\(%rsp\).*%[xy]mm)", body.group(0), re.M):
             found.append(label)
     return found
+
+
+def crop_loops(sch) -> tuple:
+    """(the crop block's loops, the outermost loop of the tile's reduction block: the
+    tensorized ``*_o`` block of an AMX kernel, the ``*_update`` one of a vector kernel) of a
+    scheduled packed kernel (cpu_dot.PackedDot): the crop runs right after each tile when its
+    first loop is the tile's."""
+    from aotc.compiler.dot_kernels import CROP_BLOCK
+    blocks = {}
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        for inner in [block, *sch.get_child_blocks(block)]:
+            blocks[sch.get(inner).name_hint] = [sch.get(loop) for loop in sch.get_loops(inner)]
+    [crop] = [name for name in blocks if name.startswith(CROP_BLOCK)]
+    [tile] = [name for name in blocks if name.endswith(("_o", "_update"))]
+    return blocks[crop], blocks[tile][0]

@@ -12,6 +12,7 @@ import tvm
 from kernel_helpers import (
     build_scheduled,
     check_guard,
+    crop_loops,
     guarded_output,
     loops_spilling_vectors,
     skip_unless_runs_here,
@@ -418,14 +419,6 @@ def test_a_matmul_over_flattened_rows_writes_its_axes_back(lanes):
     _check_run(lib, TARGETS[lanes], x, packed, want)
 
 
-def _crop_under_tile(sch) -> bool:
-    """Whether the crop block of a scheduled packed kernel sits in the tile's parallel loop."""
-    crop = sch.get_sblock(k.CROP_BLOCK)
-    update = next(b for b in sch.get_child_blocks(sch.get_sblock("root"))
-                  if sch.get(b).name_hint.endswith("_update"))
-    return sch.get(sch.get_loops(crop)[0]).same_as(sch.get(sch.get_loops(update)[0]))
-
-
 @pytest.mark.parametrize("case", ["rows", "columns"])
 def test_padding_is_cropped_right_after_each_tile(case):
     """Rows padded to one block (197 -> 200, PrepackWeights' single block) or columns padded
@@ -445,9 +438,9 @@ def test_padding_is_cropped_right_after_each_tile(case):
     target = tvm.target.Target(TARGETS[16])
     with target:
         sch = PackedDot().apply(func, target, False)
-    assert _crop_under_tile(sch)
-    crop_loops = sch.get_loops(sch.get_sblock(k.CROP_BLOCK))
-    assert int(sch.get(crop_loops[1]).extent) <= 8  # the tile's rows, not all of them
+    loops, tile = crop_loops(sch)
+    assert loops[0].same_as(tile)
+    assert int(loops[1].extent) <= 8  # the tile's rows, not all of them
     lib = _build(func, 16)
     want = (x[:, :rows].astype(np.float64) @ w) * 2 + 1
     got, whole = guarded_output(want.shape)
@@ -472,7 +465,8 @@ def test_crops_that_no_tile_bounds_stay_a_pass_of_their_own():
     func = te.create_prim_func([xt, wt, k.matmul(xt, wt, 24, 0, out_lead=[12, 7])])
     target = tvm.target.Target(TARGETS[16])
     with target:
-        assert not _crop_under_tile(PackedDot().apply(func, target, False))
+        loops, tile = crop_loops(PackedDot().apply(func, target, False))
+    assert not loops[0].same_as(tile)
     _check_run(_build(func, 16), TARGETS[16], x, packed,
                (x.astype(np.float64) @ w).reshape(12, 7, 24))
     # 108 channels in 14 blocks of 8 over a 14x14 output: fused pixels on AVX2
@@ -484,5 +478,6 @@ def test_crops_that_no_tile_bounds_stay_a_pass_of_their_own():
         sch = PackedDot().apply(func, target, False)
     update = sch.get_sblock("aotc_fp32x8_contract_update")
     assert int(sch.get(update).iter_vars[0].dom.extent) == 196  # pixels fused
-    assert not _crop_under_tile(sch)
+    loops, tile = crop_loops(sch)
+    assert not loops[0].same_as(tile)
     _check_run(_build(func, 8), TARGETS[8], x, packed, _numpy_conv(x, w), atol=1e-3)

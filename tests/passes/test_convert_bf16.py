@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tvm
-from relax_helpers import assert_matches, main_ops, run_main
+from relax_helpers import assert_matches, main_ops, one_input_module, run_main
 from tvm import relax
 
 from aotc.compiler.quantize import ConvertBF16
@@ -180,16 +180,6 @@ def test_bf16_winograd_numbers_near_float32():
         assert_matches(got, exact, 0.9999, 0.02)
 
 
-def _single_op_module(x_shape, op):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(op(x))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 def _padded_input(mod, kernel: str) -> list[int] | None:
     """The static shape the call of ``kernel`` reads its activation in, or None without it."""
     calls = []
@@ -207,7 +197,7 @@ def test_amx_pads_matmul_rows_where_whole_tiles_take_fewer(rows, padded):
     frames) run 4 tiles, not 7 of 7 rows; 56 keeps 4 of 14 and 128 its 16-row tiles. The
     numbers equal the unpadded build's."""
     w = relax.const(RNG.standard_normal((64, 32)).astype(np.float32))
-    before = _single_op_module((1, rows, 64), lambda x: relax.op.matmul(x, w))
+    before = one_input_module((1, rows, 64), lambda _bb, x: relax.op.matmul(x, w))
     amx = ConvertBF16(True, amx=True)(before)
     if padded is None:
         assert "pad_rows" not in _kernels(amx)
@@ -226,7 +216,7 @@ def test_amx_conv_width_no_tile_divides_is_computed_padded(width, computed):
     they are. The numbers equal those of the vector kernel's build (its own padding)."""
     w = relax.const(RNG.standard_normal((1, 3, 32, 48)).astype(np.float32) * 0.3)
     in_width = 2 * width + 1  # a stride-2 conv of 3 taps
-    before = _single_op_module((1, 1, in_width, 32), lambda x: relax.op.nn.conv2d(
+    before = one_input_module((1, 1, in_width, 32), lambda _bb, x: relax.op.nn.conv2d(
         x, w, strides=[1, 2], data_layout="NHWC", kernel_layout="HWIO"))
     amx = ConvertBF16(True, amx=True)(before)
     conv = next(f for gv, f in amx.functions_items() if gv.name_hint == "conv2d_bf16")

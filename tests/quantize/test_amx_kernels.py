@@ -16,6 +16,7 @@ from kernel_helpers import (
     build_scheduled,
     check_guard,
     conv_reference,
+    crop_loops,
     guarded_output,
 )
 from tvm import te
@@ -95,17 +96,6 @@ def _row_padded_matmul_func(rows: int, blocks: int, per_block: int, kdim: int, n
     return te.create_prim_func([xt, wt, out]), w, packed
 
 
-def _crop_loops(sch) -> tuple:
-    """(the crop's loops, the tile block's outermost loop) of a scheduled kernel."""
-    blocks = {}
-    for block in sch.get_child_blocks(sch.get_sblock("root")):
-        for inner in [block, *sch.get_child_blocks(block)]:
-            blocks[sch.get(inner).name_hint] = [sch.get(loop) for loop in sch.get_loops(inner)]
-    [crop] = [name for name in blocks if name.startswith(k.CROP_BLOCK)]
-    [tile] = [name for name in blocks if name.endswith("_o")]
-    return blocks[crop], blocks[tile][0]
-
-
 @pytest.mark.parametrize("case", ["columns", "rows"])
 def test_padding_is_cropped_right_after_each_tile(case):
     """Padded columns (1,000 in 63 blocks of 16) or rows (197 in one block of 224): the crop
@@ -117,7 +107,7 @@ def test_padding_is_cropped_right_after_each_tile(case):
         func, w, packed = _row_padded_matmul_func(197, 1, 224, 64, 96)
     with AMX_TARGET:
         sch = PackedDot().apply(func, AMX_TARGET, False)
-    loops, tile = _crop_loops(sch)
+    loops, tile = crop_loops(sch)
     assert loops[0].same_as(tile) and tile.kind == tvm.tirx.ForKind.PARALLEL
     assert int(loops[1].extent) <= 32  # the tile's rows, not all of them
     if case == "rows":
@@ -134,7 +124,7 @@ def test_rows_of_several_padded_blocks_keep_the_crop_as_a_pass_of_its_own():
     func, w, packed = _row_padded_matmul_func(29, 4, 8, 64, 96)
     with AMX_TARGET:
         sch = PackedDot().apply(func, AMX_TARGET, False)
-    loops, tile = _crop_loops(sch)
+    loops, tile = crop_loops(sch)
     assert not loops[0].same_as(tile)
     lib = tvm.compile(sch.mod, target=AMX_TARGET)
     _skip_unless_amx("bf16")
