@@ -67,9 +67,9 @@ SHORT_REDUCTION = 256
 # row of the activation, K elements apart from the next, and past several such streams per
 # tile the reduction waits on cache misses (a 15-row tile of a K=2048 matmul ran at two thirds
 # of a 4-row one's rate); too few rows and each weight vector loaded from L2 feeds too few
-# multiply-adds (4-row tiles ran 5-15% slower than 6- and 8-row ones on Sapphire Rapids:
-# docs/design/measurements.md). A conv's tile rows are neighbouring pixels and keep deeper
-# tiles. Rows that no count of 4 to 8 divides are padded by PrepackWeights.
+# multiply-adds (docs/design/measurements.md, MATMUL_TILE_ROWS). A conv's tile rows are
+# neighbouring pixels and keep deeper tiles. Rows that no count of 4 to 8 divides are padded
+# by PrepackWeights.
 MATMUL_TILE_ROWS = 8
 
 
