@@ -310,7 +310,8 @@ def _transposing_copy_func(shape, perm, pad=0):
 
 @pytest.mark.parametrize("shape, perm, pad, fused", [
     # Kt of 2 heads of 64 over 1,500 tokens: the token tiles go outside the head dim
-    ((1, 1500, 2, 64), (0, 2, 3, 1), 4, "ax0_ax1_ax3_0_ax2_fused"),
+    # (the pad's block, the scaled transpose inlined into it)
+    ((1, 1500, 2, 64), (0, 2, 3, 1), 4, "i0_i1_i3_0_i2_fused"),
     # NCHW -> NHWC: channel tiles outside the image's columns
     ((1, 64, 56, 56), (0, 2, 3, 1), 0, "ax0_ax1_ax3_0_ax2_fused"),
     # the heads of V: the head dim stays innermost in both, nothing to reorder
@@ -324,9 +325,9 @@ def test_a_transposing_copy_reads_a_tile_of_rows_at_a_time(shape, perm, pad, fus
     func = _transposing_copy_func(shape, perm, pad)
     with AVX512:
         sch = Generic().apply(func, AVX512, False)
-    # the transposing block (a pad, where there is one, copies its result in a pass of its own)
-    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_child_blocks(
-        sch.get_sblock("root"))[0])]
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    assert len(blocks) == 1  # the pad, where there is one, computes the transpose itself
+    loops = [sch.get(loop) for loop in sch.get_loops(blocks[0])]
     assert [loop.kind for loop in loops] == [tvm.tirx.ForKind.PARALLEL,
                                              tvm.tirx.ForKind.VECTORIZED]
     assert loops[0].loop_var.name == fused, sch.mod["main"]
@@ -599,6 +600,28 @@ def test_a_producer_that_computes_is_not_inlined_into_a_reduction():
     with TARGET:
         sch = Generic().apply(func, TARGET, False)
     assert "e" in {b.name_hint for b in _blocks(sch)}
+
+
+@pytest.mark.parametrize("before, inlined", [(0, True), (2, False)])
+def test_a_pad_computes_what_it_pads_in_the_same_pass(before, inlined):
+    """A head split (transpose and scale) then padded to whole vectors, as ViT's 197 tokens
+    are for the attention kernel: two passes, the second reading the first's result back.
+    A pad that reads each element once at its own index (padding after the end) computes the
+    producer in place; one that shifts its reads (padding before) keeps the producer."""
+    x = te.placeholder((1, 197, 2, 64), name="x")
+    scaled = topi.multiply(topi.transpose(x, (0, 2, 3, 1)), tvm.tirx.const(0.125, "float32"))
+    padded = topi.nn.pad(scaled, [0, 0, 0, before], [0, 0, 0, 11])
+    func = te.create_prim_func([x, padded])
+    with TARGET:
+        sch = Generic().apply(func, TARGET, False)
+    assert len(_blocks(sch)) == (1 if inlined else 2)
+    lib = tvm.compile(sch.mod, target=TARGET)
+    data = np.random.default_rng(0).standard_normal((1, 197, 2, 64)).astype(np.float32)
+    out = tvm.runtime.tensor(np.full([int(d) for d in padded.shape], np.nan, np.float32))
+    lib["main"](tvm.runtime.tensor(data), out)
+    expected = np.pad(data.transpose(0, 2, 3, 1) * 0.125,
+                      [(0, 0), (0, 0), (0, 0), (before, 11)])
+    np.testing.assert_array_equal(out.numpy(), expected)
 
 
 def _blocks(sch) -> list:

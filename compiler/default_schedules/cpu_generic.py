@@ -71,14 +71,17 @@ class Generic(CpuRule):
 
 def inline_injective_chains(sch: s_tir.Schedule, root) -> None:
     """Inline every spatial-only intermediate whose one reader is a spatial-only block of the
-    same size. EfficientNet's hardswish, left in NCHW between NHWC convolutions, was fused as seven
-    blocks (two adds, transpose, clip, divide, transpose, multiply): seven passes over memory
-    with two strided transposes. Inlined, the transposes cancel in the index
-    arithmetic and one vectorized pass remains. Producers smaller than a reader (broadcasts:
-    squeeze-excite's per-channel sigmoid) are kept, as are producers of reductions: inlining
-    would recompute them per output element. Producers with several readers are kept too:
-    inlined, TVM's simplifier rewrote Softplus's Kahan form ``log(u) * t / (u - 1)``, u = 1 + t,
-    into ``log(1 + t)``, losing the precision near zero it exists for."""
+    same size, or a pad that reads it at its own index (_pads). EfficientNet's hardswish, left
+    in NCHW between NHWC convolutions, was fused as seven blocks (two adds, transpose, clip,
+    divide, transpose, multiply): seven passes over memory with two strided transposes.
+    Inlined, the transposes cancel in the index arithmetic and one vectorized pass remains.
+    A pad reads each element once: inlined, the head split that ViT pads from 197 tokens to
+    whole vectors is one pass (a transposing one for the keys), not a copy and a copy of it.
+    Producers smaller than a reader (broadcasts: squeeze-excite's per-channel sigmoid) are
+    kept, as are producers of reductions: inlining would recompute them per output element.
+    Producers with several readers are kept too: inlined, TVM's simplifier rewrote Softplus's
+    Kahan form ``log(u) * t / (u - 1)``, u = 1 + t, into ``log(1 + t)``, losing the precision
+    near zero it exists for."""
     outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
     for block in sch.get_child_blocks(root):
         stmt = sch.get(block)
@@ -86,12 +89,31 @@ def inline_injective_chains(sch: s_tir.Schedule, root) -> None:
             continue
         consumers = sch.get_consumers(block)
         if len(consumers) == 1 and _spatial_only(sch.get(consumers[0])) and \
-                _written_elements(sch.get(consumers[0])) == _written_elements(stmt) and \
+                (_written_elements(sch.get(consumers[0])) == _written_elements(stmt)
+                 or _pads(sch.get(consumers[0]), stmt)) and \
                 small_enough_to_inline(sch, block):
             try:
                 sch.compute_inline(block)
             except ScheduleError:  # e.g. not a plain computation; scheduled on its own
                 continue
+
+
+def _pads(consumer, producer) -> bool:
+    """Whether ``consumer`` is a zero pad of ``producer``: its value is
+    ``if_then_else(inside, producer[i, j, ...], constant)`` read at its own block variables, so
+    that it reads each element of the producer once (inlined, nothing is recomputed)."""
+    value = getattr(consumer.body, "value", None)
+    if not (isinstance(value, tvm.ir.expr.Call) and
+            str(value.op.name).rsplit(".", 1)[-1] == "if_then_else"):
+        return False
+    _, inside, outside = value.args
+    if not isinstance(inside, tvm.ir.TensorLoad) or \
+            not inside.source.same_as(producer.writes[0].source) or \
+            not isinstance(outside, (tirx.FloatImm, tirx.IntImm)):
+        return False
+    own = [iv.var for iv in consumer.iter_vars]
+    return len(inside.indices) == len(own) and \
+        all(index.same_as(var) for index, var in zip(inside.indices, own))
 
 
 # What a producer inlined into a reduction may compute: reading, padding (a select on the
