@@ -13,7 +13,7 @@ from kernel_helpers import against_unmapped_pages, build_scheduled
 from onnx import TensorProto, helper
 from tvm import te, topi
 
-from aotc.compiler import dot_kernels
+from aotc.compiler import dot_kernels, symbolic_padding
 from aotc.compiler.default_schedules import first_schedule_that_works
 from aotc.compiler.default_schedules.cpu_rules import Contraction, Generic, RowReduction, RowWise
 from aotc.compiler.default_schedules.vector_allocations import allocated_in_vectorized_loops
@@ -622,6 +622,25 @@ def test_a_pad_computes_what_it_pads_in_the_same_pass(before, inlined):
     expected = np.pad(data.transpose(0, 2, 3, 1) * 0.125,
                       [(0, 0), (0, 0), (0, 0), (before, 11)])
     np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_rows_padded_to_one_block_compute_what_they_pad_in_the_same_pass():
+    """The heads joined back ([12, 197, 64] -> [197, 768]) and padded as one block of 200 rows
+    for the next matmul (PrepackWeights.row_blocks_packed), ViT's attention output: the pad
+    reads row ``b * 200 + i`` of a block axis of one element, each element once."""
+    x = te.placeholder((1, 12, 197, 64), name="x")
+    joined = topi.reshape(topi.transpose(x, (0, 2, 1, 3)), (1, 197, 768))
+    padded = symbolic_padding.pad_axis_to_blocks(joined, 1, 200)
+    func = te.create_prim_func([x, padded])
+    with TARGET:
+        sch = Generic().apply(func, TARGET, False)
+    assert len(_blocks(sch)) == 1
+    lib = tvm.compile(sch.mod, target=TARGET)
+    data = np.random.default_rng(0).standard_normal((1, 12, 197, 64)).astype(np.float32)
+    out = tvm.runtime.tensor(np.full((1, 1, 200, 768), np.nan, np.float32))
+    lib["main"](tvm.runtime.tensor(data), out)
+    expected = np.pad(data.transpose(0, 2, 1, 3).reshape(1, 197, 768), [(0, 0), (0, 3), (0, 0)])
+    np.testing.assert_array_equal(out.numpy(), expected[:, None])
 
 
 def _blocks(sch) -> list:

@@ -11,6 +11,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
+from tvm.sym.analyzer import Analyzer
 from tvm.target import Target
 
 from .cpu_blocks import (
@@ -111,9 +112,22 @@ def _pads(consumer, producer) -> bool:
             not inside.source.same_as(producer.writes[0].source) or \
             not isinstance(outside, (tirx.FloatImm, tirx.IntImm)):
         return False
-    own = [iv.var for iv in consumer.iter_vars]
-    return len(inside.indices) == len(own) and \
-        all(index.same_as(var) for index, var in zip(inside.indices, own))
+    # axes of one element (pad_axis_to_blocks' single block of rows, read at b * rows + i)
+    # index nothing: their variables are their minimum, and the reads are compared without them
+    analyzer = Analyzer()
+    own = []
+    for iv in consumer.iter_vars:
+        if is_one(iv.dom.extent):
+            analyzer.bind(iv.var, iv.dom.min)
+        else:
+            own.append(iv.var)
+    reads = [analyzer.simplify(index) for index, extent in
+             zip(inside.indices, inside.source.shape) if not is_one(extent)]
+    return len(reads) == len(own) and all(index.same_as(var) for index, var in zip(reads, own))
+
+
+def is_one(extent) -> bool:
+    return isinstance(extent, tirx.IntImm) and int(extent) == 1
 
 
 # What a producer inlined into a reduction may compute: reading, padding (a select on the
