@@ -12,9 +12,10 @@ from helpers import check_against_onnxruntime
 from kernel_helpers import against_unmapped_pages, build_scheduled
 from onnx import TensorProto, helper
 from tvm import te, topi
+from tvm.script import tirx as T
 
 from aotc.compiler import dot_kernels, symbolic_padding
-from aotc.compiler.default_schedules import first_schedule_that_works
+from aotc.compiler.default_schedules import cpu_rows, first_schedule_that_works
 from aotc.compiler.default_schedules.cpu_rules import Contraction, Generic, RowReduction, RowWise
 from aotc.compiler.default_schedules.vector_allocations import allocated_in_vectorized_loops
 from aotc.targets import resolve
@@ -349,6 +350,84 @@ def test_transposing_copies_match_onnxruntime(shape, perm, tmp_path):
     check_against_onnxruntime(path, tmp_path, rtol=0, atol=0)
 
 
+def test_a_row_reduction_of_a_ragged_length_runs_over_whole_vectors():
+    """A sum over 37 with 16 lanes: 48 steps. The third vector reads the row's last 16
+    elements (21..36, one load inside the row) and adds zero for the five (21..31) the second
+    vector took. The loads are bound outside the select, where the simplifier cannot rewrite
+    their index from its condition."""
+    x = te.placeholder((4, 37), name="x")
+    before = te.create_prim_func([x, topi.sum(x, axis=1)])
+
+    @T.prim_func(s_tir=True)
+    def expected(x: T.Buffer((4, 37), "float32"), x_red: T.Buffer((4,), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        for ax0, k1 in T.grid(4, 48):
+            with T.sblock("x_red"):
+                v_ax0, v_k1 = T.axis.remap("SR", [ax0, k1])
+                T.reads(x[v_ax0, T.min(v_k1 - v_k1 % 16, 21) + v_k1 % 16])
+                T.writes(x_red[v_ax0])
+                with T.init():
+                    x_red[v_ax0] = T.float32(0.0)
+                step0 = T.float32()
+                x_red[v_ax0] = x_red[v_ax0] + T.Let(
+                    T.Select(T.min(v_k1 - v_k1 % 16, 21) + v_k1 % 16 >= v_k1 - v_k1 % 16,
+                             step0, T.float32(0.0)),
+                    where={step0: x[v_ax0, T.min(v_k1 - v_k1 % 16, 21) + v_k1 % 16]})
+
+    after = cpu_rows.pad_row_reductions(before, lambda dtype: 16)
+    tvm.ir.assert_structural_equal(after, expected.with_attr("global_symbol", "main"))
+    # whole vectors already, or shorter than one: unchanged
+    assert cpu_rows.pad_row_reductions(before, lambda dtype: 37).same_as(before)
+    assert cpu_rows.pad_row_reductions(before, lambda dtype: 64).same_as(before)
+    lib = tvm.compile(after, target=TARGET)
+    data = np.random.default_rng(0).standard_normal((4, 37)).astype(np.float32)
+    out = tvm.runtime.tensor(np.zeros(4, np.float32))
+    lib["main"](tvm.runtime.tensor(data), out)
+    np.testing.assert_allclose(out.numpy(), data.astype(np.float64).sum(axis=1), rtol=1e-5)
+
+
+def _variance_func(length: int):
+    """Mean, then the variance about it (GroupNorm's statistics) of 64 rows of ``length``."""
+    x = te.placeholder((1, 64, length), name="x")
+    mean = topi.sum(x, axis=2, keepdims=True)
+    centred = te.compute(x.shape, lambda a, b, c: x[a, b, c] - mean[a, b, 0] / float(length))
+    var = topi.sum(centred * centred, axis=2, keepdims=True)
+    return te.create_prim_func([x, te.compute(
+        var.shape, lambda a, b, c: te.sqrt(var[a, b, c] / float(length)), name="std")])
+
+
+def _variance_against_unmapped_pages(length: int):
+    """Child process: the scheduled kernel on an input whose last byte is followed by an
+    unmapped page (a read past a row's end at the last row kills the process)."""
+    x, mapping = against_unmapped_pages((1, 64, length), at_end=True)
+    x[...] = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32) + 5
+    lib = build_scheduled(RowWise(), _variance_func(length), TARGET)
+    out = tvm.runtime.tensor(np.zeros((1, 64, 1), np.float32))
+    lib["main"](tvm.runtime.from_dlpack(x), out)
+    np.testing.assert_allclose(out.numpy()[..., 0], x.astype(np.float64).std(axis=2),
+                               rtol=1e-4)
+    del mapping
+
+
+@pytest.mark.parametrize("length", [3199, 197])
+def test_a_ragged_row_reduction_is_vectorized_reads_inside_and_matches_numpy(length):
+    """wav2vec2's GroupNorm over 3,199 steps: its reductions were scalar chains, a tenth of
+    the rate of the same over 3,200. Padded to whole vectors they run as a vector of partial
+    results; what they read stays inside the input (3,184 and 3,200 floats are whole 64-byte
+    lines, so the input can end at an unmapped page)."""
+    with TARGET:
+        sch = RowWise().apply(_variance_func(length), TARGET, False)
+    script = sch.mod["main"].script()
+    # both reductions split into vectors of partial sums (cpu_rows.vectorize_partial)
+    assert script.count('_rf_update")') == 2, script
+    child = multiprocessing.get_context("spawn").Process(
+        target=_variance_against_unmapped_pages, args=(length,))
+    child.start()
+    child.join()
+    assert child.exitcode == 0, f"the kernel read outside its input or got a wrong answer " \
+        f"(child exit code {child.exitcode})"
+
+
 def test_row_wise_leaves_channel_means_to_generic():
     """A sum over H and W in NHWC (a global pool) reduces across the contiguous channels."""
     x = te.placeholder((1, 7, 7, 64), name="x")
@@ -356,7 +435,7 @@ def test_row_wise_leaves_channel_means_to_generic():
     assert RowWise().apply(mean, TARGET, False) is None
 
 
-@pytest.mark.parametrize("shape", [[2, 50, 96], [3, 7, 13]])
+@pytest.mark.parametrize("shape", [[2, 50, 96], [3, 7, 13], [2, 5, 197]])
 def test_layer_norm_matches_onnxruntime(shape, tmp_path):
     rng = np.random.default_rng(0)
     inits = [onnx.numpy_helper.from_array(rng.standard_normal(shape[-1:]).astype(np.float32), n)

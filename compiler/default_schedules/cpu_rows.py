@@ -5,14 +5,18 @@ which computes its softmax the same way under its row blocks.
 ``RowWise`` parallelizes over the rows (the leading axes all blocks share) and computes every
 block of a row under that loop, so a row is read from L1 after its first pass; each reduction
 over the row is split into one vector of partial results (rfactor) and a 16-element tail, and
-the elementwise passes are vectorized. dlight's CPU Reduction, which it replaces where it
-applies, left the reductions as scalar chains."""
+the elementwise passes are vectorized. A reduction over a length no whole number of vectors
+makes is first padded to one (pad_row_reductions). dlight's CPU Reduction, which it replaces
+where it applies, left the reductions as scalar chains."""
 
 from __future__ import annotations
 
 import math
 
+import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
+from tvm.s_tir.analysis import get_sblock_read_write_region
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
@@ -33,6 +37,11 @@ class RowWise(CpuRule):
     """See the module docstring."""
 
     needs_reduction = True
+
+    def apply(self, func, target: Target, tunable: bool):
+        if isinstance(func, tirx.PrimFunc) and target.kind.name == "llvm":
+            func = pad_row_reductions(func, lambda dtype: vector_lanes(target, dtype.bits))
+        return super().apply(func, target, tunable)
 
     def schedule(self, sch: s_tir.Schedule, target: Target, tunable: bool = False):
         if not _reductions_read_rows(sch):
@@ -69,6 +78,155 @@ class RowWise(CpuRule):
         compute_rows_under(sch, task, kept, lanes)
         schedule_injective_tail(sch, last, lanes)
         return sch
+
+
+# Reducers whose padded steps add their init value: + and * only where it is their identity
+# (a TE reduction's always is); max and min take it as it is (the running value started there).
+_COMBINERS = {tirx.Add: 0, tirx.Mul: 1, tirx.Max: None, tirx.Min: None}
+
+
+def pad_row_reductions(func: tirx.PrimFunc, lanes_of) -> tirx.PrimFunc:
+    """``func`` with each reduction over its innermost loop whose length ``n`` is no multiple
+    of ``lanes_of(dtype)`` run over the next multiple instead: the steps past the end add the
+    reduction's init value (``select(k < n, term, init)``) and read at ``min(k, n - 1)``,
+    inside the row. split_row_reduction then splits it into whole vectors; the steps past
+    the end cost one vector step. A split of ``n`` itself would put a predicate on the
+    partial block, which compute_at drops (it then read past the row: wav2vec2's GroupNorm
+    over 3,199 steps), and which blocks its vectorizing; unsplit, the reduction was a scalar
+    chain. Blocks whose loops are not their own perfect nest are left as they are."""
+    padded = {}
+    for block, (length, loop_var) in _ragged_reductions(func, lanes_of).items():
+        lanes = lanes_of(block.writes[0].source.dtype)
+        padded[block.name_hint] = (length, lanes, loop_var)
+    if not padded:
+        return func
+    buffers = {b: b for b in func.params}  # buffers are their own variables in TVM 0.27
+    buffers.update({b: b for b in func.body.block.alloc_buffers})
+
+    def on_for(loop):
+        realize = loop.body
+        if not isinstance(realize, s_tir.SBlockRealize) or \
+                realize.block.name_hint not in padded:
+            return loop
+        length, lanes, loop_var = padded[realize.block.name_hint]
+        whole = -(-length // lanes) * lanes
+        if not loop.loop_var.same_as(loop_var):
+            return loop
+        block = _padded_block(realize.block, length, lanes, buffers)
+        return tirx.For(loop.loop_var, loop.min, tirx.const(whole, str(loop_var.ty.dtype)),
+                        loop.kind, s_tir.SBlockRealize(realize.iter_values, realize.predicate,
+                                                       block), loop.thread_binding,
+                        loop.annotations)
+    return tvm_ffi.structural_map(func, [(tirx.For, on_for)])
+
+
+def _ragged_reductions(func: tirx.PrimFunc, lanes_of) -> dict:
+    """{block: (n, its loop's variable)}: the root's reduction blocks that pad_row_reductions
+    pads (one reduction axis, innermost, static, from 0, bound to the innermost of the
+    block's own loops with no predicate; a combiner of _COMBINERS with its identity)."""
+    sch = s_tir.Schedule(func)
+    found = {}
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(block_rv)
+        loops = sch.get_loops(block_rv)
+        iter_vars = list(block.iter_vars)
+        reduce = [iv.iter_type == tirx.IterVar.CommReduce for iv in iter_vars]
+        if not iter_vars or len(loops) != len(iter_vars) or not reduce[-1] or \
+                sum(reduce) != 1 or block.init is None:
+            continue
+        dom, store = iter_vars[-1].dom, block.body
+        if not (isinstance(dom.extent, tirx.IntImm) and isinstance(dom.min, tirx.IntImm)
+                and int(dom.min) == 0) or _combined_term(store, block.init) is None:
+            continue
+        lanes = lanes_of(store.buffer.dtype)
+        if int(dom.extent) % lanes == 0 or int(dom.extent) < lanes:
+            continue
+        loop = sch.get(loops[-1])
+        if not (isinstance(loop.body, s_tir.SBlockRealize)
+                and loop.body.iter_values[-1].same_as(loop.loop_var)
+                and is_one(loop.body.predicate)):
+            continue
+        found[block] = (int(dom.extent), loop.loop_var)
+    return found
+
+
+def _combined_term(store, init):
+    """(term, self-load, whether the term is the first operand) of a reduction's update
+    ``out = combine(out, term)``; None for another form or a combiner whose init is not its
+    identity."""
+    if not isinstance(store, tirx.BufferStore) or type(store.value) not in _COMBINERS:
+        return None
+    identity = _COMBINERS[type(store.value)]
+    init_value = getattr(init, "value", None)
+    if init_value is None or (identity is not None and not (
+            isinstance(init_value, (tirx.FloatImm, tirx.IntImm))
+            and float(init_value.value) == identity)):
+        return None
+    value = store.value
+    for term, own, first in ((value.b, value.a, False), (value.a, value.b, True)):
+        if isinstance(own, tvm.ir.TensorLoad) and own.source.same_as(store.buffer) and \
+                len(own.indices) == len(store.indices) and \
+                all(a.same_as(b) for a, b in zip(own.indices, store.indices)):
+            return term, own, first
+    return None
+
+
+def _padded_block(block, length: int, lanes: int, buffers: dict):
+    """The reduction block over whole vectors of ``lanes`` steps. Step k reads at
+    ``min(k - k % lanes, length - lanes) + k % lanes``: itself, except in the last vector,
+    which reads the row's last ``lanes`` elements (one contiguous load, inside the row) and
+    adds the init value for those an earlier vector took (read below ``k - k % lanes``)."""
+    iter_vars = list(block.iter_vars)
+    k = iter_vars[-1].var
+    dtype = str(k.ty.dtype)
+    start = k - tirx.FloorMod(k, tirx.const(lanes, dtype))  # of k's vector
+    step = tirx.Min(start, tirx.const(length - lanes, dtype)) + \
+        tirx.FloorMod(k, tirx.const(lanes, dtype))
+
+    def shifted(load):
+        if not any(_uses(index, k) for index in load.indices):
+            return load
+        return tirx.BufferLoad(load.source, [tvm_ffi.structural_map(
+            index, (tirx.Var, lambda var: step if var.same_as(k) else var))
+            for index in load.indices])
+    term, own, first = _combined_term(block.body, block.init)
+    term = tvm_ffi.structural_map(term, (tvm.ir.TensorLoad, shifted))
+    # The loads are bound outside the select: inside it, TVM's simplifier takes the select's
+    # condition as given and may rewrite the index from it (a clamped index became k, and the
+    # last vector read past the row's end, and the buffer's at the last row).
+    loads: list = []
+
+    def named(load):
+        if not any(_uses(index, k) for index in load.indices):
+            return load
+        for var, known in loads:
+            if tvm_ffi.structural_equal(known, load):
+                return var
+        loads.append((tirx.Var(f"step{len(loads)}", str(load.ty.dtype)), load))
+        return loads[-1][0]
+    term = tvm_ffi.structural_map(term, (tvm.ir.TensorLoad, named))
+    guarded = tirx.Select(tirx.GE(step, start), term, block.init.value)
+    for var, load in reversed(loads):
+        guarded = tirx.Let(var, load, guarded)
+    value = type(block.body.value)(*((guarded, own) if first else (own, guarded)))
+    body = tirx.BufferStore(block.body.buffer, value, block.body.indices)
+    whole = -(-length // lanes) * lanes
+    iter_vars[-1] = tirx.IterVar(tvm.ir.Range(0, tirx.const(whole, dtype)), k,
+                                 iter_vars[-1].iter_type)
+    draft = s_tir.SBlock(iter_vars, block.reads, block.writes, block.name_hint, body,
+                         block.init, block.alloc_buffers, block.match_buffers,
+                         block.annotations)
+    reads, writes = get_sblock_read_write_region(draft, buffers)
+    return s_tir.SBlock(iter_vars, reads, writes, block.name_hint, body, block.init,
+                        block.alloc_buffers, block.match_buffers, block.annotations)
+
+
+def _uses(expr, var) -> bool:
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr, []))
+
+
+def is_one(expr) -> bool:
+    return isinstance(expr, tirx.IntImm) and int(expr) == 1
 
 
 def _work(infos) -> int:
