@@ -190,3 +190,19 @@ def test_buckets_are_refused_for_a_model_that_does_not_mask_padding(tmp_path):
     with pytest.raises(AotcError, match=r"--buckets names \['tokens'\]"):
         aotc.compile(tmp_path / "mean.onnx", output=tmp_path / "bad.so",
                      options=aotc.CompileOptions(buckets={"tokens": (8,)}))
+
+
+def test_the_same_export_with_fixed_shapes_fuses_its_gelu_and_matches_onnxruntime(gpt2,
+                                                                                   tmp_path):
+    """Fixed at 37 tokens, the exported MLP's reshapes around its GELU (ElementwiseUnderReshape)
+    no longer keep the GELU out of the first matmul's epilogue."""
+    path, _, _ = gpt2
+    meta = aotc.compile(path, output=tmp_path / "gpt2_37.so",
+                        input_shapes={"input_ids": (1, 37), "attention_mask": (1, 37)})
+    names = [kernel["name"] for kernel in meta["kernels"]]
+    assert any("matmul" in n and "tanh" in n for n in names), names
+    model = aotc.load(tmp_path / "gpt2_37.so")
+    inputs = _feed(model.signature.input_names(), 1, 37)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for (name, value), want in zip(model.run(inputs).items(), session.run(None, inputs)):
+        np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -1,13 +1,16 @@
-"""The clean-up group: CollapseLayoutChains merges reshape chains and composes (or cancels)
-transpose pairs; FoldPadIntoConv moves zero padding of H and W into the convolution, leaving
-other pads alone. Each checks the IR after the pass and equal numbers before and after."""
+"""The clean-up group: ElementwiseUnderReshape runs an elementwise chain between a reshape and
+its inverse on the unreshaped tensor; CollapseLayoutChains merges reshape chains and composes
+(or cancels) transpose pairs; FoldPadIntoConv moves zero padding of H and W into the
+convolution, leaving other pads alone. Each checks the IR after the pass and equal numbers
+before and after."""
 
 import numpy as np
+import pytest
 import tvm
 from relax_helpers import main_ops, one_input_module
 from tvm import relax
 
-from aotc.compiler.passes import CollapseLayoutChains, FoldPadIntoConv
+from aotc.compiler.passes import CollapseLayoutChains, ElementwiseUnderReshape, FoldPadIntoConv
 
 RNG = np.random.default_rng(0)
 TARGET = tvm.target.Target({"kind": "llvm"})
@@ -90,3 +93,56 @@ def test_nonzero_or_channel_padding_stays():
         relax.const(np.ones((4, 3, 3, 3), np.float32))))
     for module in (nonzero, channels):
         assert "relax.nn.pad" in main_ops(FoldPadIntoConv()(module))
+
+
+_W1 = relax.const(RNG.standard_normal((8, 12)).astype(np.float32))
+_W2 = relax.const(RNG.standard_normal((12, 8)).astype(np.float32))
+_BIAS = relax.const(RNG.standard_normal((12,)).astype(np.float32))
+
+
+def _mlp(operand=None, reader=None, shape=(1, 5, 12)):
+    """GPT-2's exported MLP: a [tokens, features] matmul and bias, reshaped to [1, tokens,
+    features] for a tanh GELU, reshaped back for the next matmul. ``operand`` replaces the
+    GELU's 0.5; ``reader`` also reads the GELU's input (a second reader)."""
+    half = operand if operand is not None else relax.const(0.5, "float32")
+
+    def build(bb, x):
+        h = bb.emit(relax.op.add(relax.op.matmul(x, _W1), _BIAS))
+        r = bb.emit(relax.op.reshape(h, shape))
+        t = bb.emit(relax.op.tanh(relax.op.multiply(r, relax.const(0.8, "float32"))))
+        g = bb.emit(relax.op.multiply(relax.op.multiply(r, half), relax.op.add(
+            t, relax.const(1.0, "float32"))))
+        back = bb.emit(relax.op.reshape(g, [5, 12]))
+        out = relax.op.matmul(back, _W2)
+        return out if reader is None else relax.op.add(out, reader(bb, r))
+    return relax.transform.Normalize()(_module((5, 8), build))
+
+
+def test_an_elementwise_chain_between_reshapes_runs_on_the_unreshaped_tensor():
+    before = _mlp()
+
+    def build(bb, x):
+        h = bb.emit(relax.op.add(relax.op.matmul(x, _W1), _BIAS))
+        t = bb.emit(relax.op.tanh(relax.op.multiply(h, relax.const(0.8, "float32"))))
+        g = bb.emit(relax.op.multiply(relax.op.multiply(h, relax.const(0.5, "float32")),
+                                      relax.op.add(t, relax.const(1.0, "float32"))))
+        return relax.op.matmul(g, _W2)
+    expected = relax.transform.Normalize()(_module((5, 8), build))
+    after = ElementwiseUnderReshape()(before)
+    tvm.ir.assert_structural_equal(after, expected)
+    _same_numbers(before, after, (5, 8))
+
+
+@pytest.mark.parametrize("case", ["per_row_operand", "other_reader", "last_axis_split"])
+def test_chains_that_depend_on_the_reshaped_shape_stay(case):
+    """A per-token operand broadcasts along another axis once unreshaped; a reader of the
+    chain that is no elementwise op needs the reshaped tensor; a reshape that splits the last
+    axis changes what a vector along it means."""
+    if case == "per_row_operand":
+        before = _mlp(operand=relax.const(RNG.standard_normal((5, 1)).astype(np.float32)))
+    elif case == "other_reader":
+        before = _mlp(reader=lambda bb, r: relax.op.sum(r))
+    else:
+        before = _mlp(shape=(1, 5, 3, 4))
+    after = ElementwiseUnderReshape()(before)
+    tvm.ir.assert_structural_equal(after, before)
