@@ -56,7 +56,7 @@ def _chains(block: relax.DataflowBlock) -> tuple[dict, dict]:
         if op_name(value) != "relax.reshape" or binding.var in members:
             continue
         source, outer = _shape(value.args[0]), _shape(binding.var)
-        if source is None or outer is None or source == outer or source[-1] != outer[-1]:
+        if not source or not outer or source == outer or source[-1] != outer[-1]:
             continue
         chain, back = {binding.var}, {}
         for later in bindings[at + 1:]:
