@@ -10,7 +10,12 @@ Helpers shared by the groups: pattern_rewrite, step (and compiler/relax_walk.py,
 compile reports use too)."""
 
 from . import cleanup, fusion
-from .cleanup import CollapseLayoutChains, ElementwiseUnderReshape, FoldPadIntoConv
+from .cleanup import (
+    CollapseLayoutChains,
+    ElementwiseUnderReshape,
+    FoldPadIntoConv,
+    SplitIntoSlices,
+)
 from .folding import (
     FoldChannelAffine,
     FoldConstantsNumpy,
@@ -33,7 +38,7 @@ from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants
 # the groups pipeline.py calls steps() of, then the passes tests and callers import by name
 __all__ = ["cleanup", "fusion",
            "CollapseLayoutChains", "ElementwiseUnderReshape", "Conv1dAsConv2d",
-           "ConvertLayoutNHWC", "FoldPadIntoConv",
+           "ConvertLayoutNHWC", "FoldPadIntoConv", "SplitIntoSlices",
            "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "FoldRemainingConstants",
            "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
            "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveIdentityCast",

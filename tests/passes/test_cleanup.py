@@ -1,8 +1,8 @@
 """The clean-up group: ElementwiseUnderReshape runs an elementwise chain between a reshape and
-its inverse on the unreshaped tensor; CollapseLayoutChains merges reshape chains and composes
-(or cancels) transpose pairs; FoldPadIntoConv moves zero padding of H and W into the
-convolution, leaving other pads alone. Each checks the IR after the pass and equal numbers
-before and after."""
+its inverse on the unreshaped tensor; SplitIntoSlices turns a split into slices;
+CollapseLayoutChains merges reshape chains and composes (or cancels) transpose pairs;
+FoldPadIntoConv moves zero padding of H and W into the convolution, leaving other pads alone.
+Each checks the IR after the pass and equal numbers before and after."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,12 @@ import tvm
 from relax_helpers import main_ops, one_input_module
 from tvm import relax
 
-from aotc.compiler.passes import CollapseLayoutChains, ElementwiseUnderReshape, FoldPadIntoConv
+from aotc.compiler.passes import (
+    CollapseLayoutChains,
+    ElementwiseUnderReshape,
+    FoldPadIntoConv,
+    SplitIntoSlices,
+)
 
 RNG = np.random.default_rng(0)
 TARGET = tvm.target.Target({"kind": "llvm"})
@@ -146,3 +151,29 @@ def test_chains_that_depend_on_the_reshaped_shape_stay(case):
         before = _mlp(shape=(1, 5, 3, 4))
     after = ElementwiseUnderReshape()(before)
     tvm.ir.assert_structural_equal(after, before)
+
+
+def _heads(part, perm):
+    return relax.op.permute_dims(relax.op.reshape(part, [1, 5, 2, 4]), perm)
+
+
+def test_a_split_becomes_one_slice_per_part():
+    """GPT-2's queries, keys and values split from one projection and each transposed into
+    heads: each transpose then reads its part of the projection in place."""
+    def build(bb, x):
+        parts = bb.emit(relax.op.split(x, [8, 16], axis=-1))
+        q = bb.emit(_heads(relax.TupleGetItem(parts, 0), [0, 2, 1, 3]))
+        k = bb.emit(_heads(relax.TupleGetItem(parts, 1), [0, 2, 3, 1]))
+        return relax.op.add(relax.op.sum(q), relax.op.sum(k))
+    before = relax.transform.Normalize()(_module((1, 5, 24), build))
+
+    def sliced(bb, x):
+        parts = [bb.emit(relax.op.strided_slice(x, [2], [begin], [end], assume_inbound=True))
+                 for begin, end in ((0, 8), (8, 16))]
+        q = bb.emit(_heads(parts[0], [0, 2, 1, 3]))
+        k = bb.emit(_heads(parts[1], [0, 2, 3, 1]))
+        return relax.op.add(relax.op.sum(q), relax.op.sum(k))
+    expected = relax.transform.Normalize()(_module((1, 5, 24), sliced))
+    after = relax.transform.DeadCodeElimination()(SplitIntoSlices()(before))
+    tvm.ir.assert_structural_equal(after, expected)
+    _same_numbers(before, after, (1, 5, 24))
