@@ -17,6 +17,7 @@ from tvm.target import Target
 from .cpu_blocks import (
     CpuRule,
     _extent,
+    _int,
     has_reduction,
     parallel_pays,
     schedule_injective_block,
@@ -117,17 +118,14 @@ def _pads(consumer, producer) -> bool:
     analyzer = Analyzer()
     own = []
     for iv in consumer.iter_vars:
-        if is_one(iv.dom.extent):
+        if _int(iv.dom.extent) == 1:
             analyzer.bind(iv.var, iv.dom.min)
         else:
             own.append(iv.var)
     reads = [analyzer.simplify(index) for index, extent in
-             zip(inside.indices, inside.source.shape) if not is_one(extent)]
+             zip(inside.indices, inside.source.shape) if _int(extent) != 1]
     return len(reads) == len(own) and all(index.same_as(var) for index, var in zip(reads, own))
 
-
-def is_one(extent) -> bool:
-    return isinstance(extent, tirx.IntImm) and int(extent) == 1
 
 
 # What a producer inlined into a reduction may compute: reading, padding (a select on the

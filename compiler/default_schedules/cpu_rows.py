@@ -25,6 +25,7 @@ from .cpu_blocks import (
     WIDE_VECTORS,
     CpuRule,
     _extent,
+    _int,
     divisible,
     small_enough_to_inline,
     touches_bool,
@@ -87,13 +88,13 @@ _COMBINERS = {tirx.Add: 0, tirx.Mul: 1, tirx.Max: None, tirx.Min: None}
 
 def pad_row_reductions(func: tirx.PrimFunc, lanes_of) -> tirx.PrimFunc:
     """``func`` with each reduction over its innermost loop whose length ``n`` is no multiple
-    of ``lanes_of(dtype)`` run over the next multiple instead: the steps past the end add the
-    reduction's init value (``select(k < n, term, init)``) and read at ``min(k, n - 1)``,
-    inside the row. split_row_reduction then splits it into whole vectors; the steps past
-    the end cost one vector step. A split of ``n`` itself would put a predicate on the
-    partial block, which compute_at drops (it then read past the row: wav2vec2's GroupNorm
-    over 3,199 steps), and which blocks its vectorizing; unsplit, the reduction was a scalar
-    chain. Blocks whose loops are not their own perfect nest are left as they are."""
+    of ``lanes_of(dtype)`` run over the next multiple instead, the last vector of steps
+    reading the row's last elements (_padded_block): split_row_reduction then splits it into
+    whole vectors, at the cost of one vector step. A split of ``n`` itself would put a
+    predicate on the partial block, which compute_at drops (it then read past the row:
+    wav2vec2's GroupNorm over 3,199 steps), and which blocks its vectorizing; unsplit, the
+    reduction was a scalar chain. Blocks whose loops are not their own perfect nest are left
+    as they are."""
     padded = {}
     for block, (length, loop_var) in _ragged_reductions(func, lanes_of).items():
         lanes = lanes_of(block.writes[0].source.dtype)
@@ -144,7 +145,7 @@ def _ragged_reductions(func: tirx.PrimFunc, lanes_of) -> dict:
         loop = sch.get(loops[-1])
         if not (isinstance(loop.body, s_tir.SBlockRealize)
                 and loop.body.iter_values[-1].same_as(loop.loop_var)
-                and is_one(loop.body.predicate)):
+                and _int(loop.body.predicate) == 1):
             continue
         found[block] = (int(dom.extent), loop.loop_var)
     return found
@@ -224,9 +225,6 @@ def _padded_block(block, length: int, lanes: int, buffers: dict):
 def _uses(expr, var) -> bool:
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr, []))
 
-
-def is_one(expr) -> bool:
-    return isinstance(expr, tirx.IntImm) and int(expr) == 1
 
 
 def _work(infos) -> int:
