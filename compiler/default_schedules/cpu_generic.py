@@ -101,9 +101,10 @@ def inline_injective_chains(sch: s_tir.Schedule, root) -> None:
 
 
 def _pads(consumer, producer) -> bool:
-    """Whether ``consumer`` is a zero pad of ``producer``: its value is
-    ``if_then_else(inside, producer[i, j, ...], constant)`` read at its own block variables, so
-    that it reads each element of the producer once (inlined, nothing is recomputed)."""
+    """Whether ``consumer`` is a pad of ``producer``: its value is
+    ``if_then_else(inside, producer[i, j, ...], constant)`` read at its own block variables
+    (axes of one element aside), so that it reads each element of the producer once (inlined,
+    nothing is recomputed; the producer's expression stays under the condition)."""
     value = getattr(consumer.body, "value", None)
     if not (isinstance(value, tvm.ir.expr.Call) and
             str(value.op.name).rsplit(".", 1)[-1] == "if_then_else"):
