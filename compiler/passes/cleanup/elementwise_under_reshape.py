@@ -18,6 +18,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ...frontends.relax_shapes import static_shape
 from ...relax_walk import mutate_functions, op_name
 
 _UNARY = {"relax.tanh", "relax.erf", "relax.exp", "relax.sigmoid", "relax.sqrt", "relax.rsqrt",
@@ -27,18 +28,10 @@ _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rel
            "relax.maximum", "relax.minimum"}
 
 
-def _shape(expr) -> list[int] | None:
-    shape = getattr(expr.ty, "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return [int(d) for d in values]
-
-
 def _along_last_axis(expr, shape: list[int], rank: int) -> bool:
     """A tensor that broadcasts onto ``shape`` the same way onto any shape of the same last
     axis and at least ``rank`` dims: a scalar or a vector along the last axis."""
-    own = _shape(expr)
+    own = static_shape(expr)
     if own is None or len(own) > rank:
         return False
     return all(d == 1 for d in own[:-1]) and (not own or own[-1] in (1, shape[-1]))
@@ -55,33 +48,37 @@ def _chains(block: relax.DataflowBlock) -> tuple[dict, dict]:
         value = binding.value
         if op_name(value) != "relax.reshape" or binding.var in members:
             continue
-        source, outer = _shape(value.args[0]), _shape(binding.var)
+        source, outer = static_shape(value.args[0]), static_shape(binding.var)
         if not source or not outer or source == outer or source[-1] != outer[-1]:
             continue
-        chain, back = {binding.var}, {}
-        for later in bindings[at + 1:]:
-            if not any(v in chain for v in relax.analysis.free_vars(later.value)):
-                continue
-            if not isinstance(later.var, relax.DataflowVar):  # read after the block
-                chain = None
-            elif op_name(later.value) == "relax.reshape" and _shape(later.var) == source:
-                back[later.var] = later.value.args[0]
-                continue
-            elif _elementwise(later.value, chain, outer, len(source)):
-                chain.add(later.var)
-                continue
-            else:
-                chain = None
-            break
-        if chain is not None and back and len(chain) > 1:
-            members.update({var: value.args[0] for var in chain})
-            ends.update(back)
+        found = _chain(binding.var, source, outer, bindings[at + 1:])
+        if found is not None and found[1] and len(found[0]) > 1:
+            members.update({var: value.args[0] for var in found[0]})
+            ends.update(found[1])
     return members, ends
+
+
+def _chain(start, source: list[int], outer: list[int], later: list) -> tuple | None:
+    """(the chain's vars, {reshape-back var: the chain var it reads}) from the reshape to
+    ``start``; None where a reader of the chain is neither in it nor a reshape back."""
+    chain, back = {start}, {}
+    for binding in later:
+        if not any(v in chain for v in relax.analysis.free_vars(binding.value)):
+            continue
+        if not isinstance(binding.var, relax.DataflowVar):  # read after the block
+            return None
+        if op_name(binding.value) == "relax.reshape" and static_shape(binding.var) == source:
+            back[binding.var] = binding.value.args[0]
+        elif _elementwise(binding.value, chain, outer, len(source)):
+            chain.add(binding.var)
+        else:
+            return None
+    return chain, back
 
 
 def _elementwise(call, chain: set, shape: list[int], rank: int) -> bool:
     name = op_name(call)
-    if name not in _UNARY and name not in _BINARY or _shape(call) != shape:
+    if name not in _UNARY and name not in _BINARY or static_shape(call) != shape:
         return False
     tensors = [a for a in call.args if isinstance(a.ty, relax.TensorType)]
     if len(tensors) != len(call.args) or not any(a in chain for a in tensors):

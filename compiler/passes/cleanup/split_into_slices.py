@@ -13,14 +13,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ...frontends.relax_shapes import static_shape, static_values
 from ...relax_walk import mutate_functions, op_name
-
-
-def _static_shape(expr) -> list[int] | None:
-    values = getattr(getattr(expr.ty, "shape", None), "values", None)
-    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return [int(d) for d in values]
 
 
 def _bounds(call) -> list[tuple[int, int]] | None:
@@ -31,11 +25,11 @@ def _bounds(call) -> list[tuple[int, int]] | None:
     bounds, begin = [], 0
     axis = int(call.attrs.axis)
     for part in parts:
-        shape = getattr(getattr(part, "shape", None), "values", None)
-        if shape is None or not isinstance(shape[axis], tvm.tirx.IntImm):
+        shape = static_values(getattr(part, "shape", None))
+        if shape is None:
             return None
-        bounds.append((begin, begin + int(shape[axis])))
-        begin += int(shape[axis])
+        bounds.append((begin, begin + shape[axis]))
+        begin += shape[axis]
     return bounds
 
 
@@ -43,12 +37,12 @@ def _bounds(call) -> list[tuple[int, int]] | None:
 class _Rewriter(relax.PyExprMutator):
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if op_name(call) != "relax.split" or _static_shape(call.args[0]) is None:
+        if op_name(call) != "relax.split" or static_shape(call.args[0]) is None:
             return call
         bounds = _bounds(call)
         if bounds is None:
             return call
-        axis = int(call.attrs.axis) % len(_static_shape(call.args[0]))
+        axis = int(call.attrs.axis) % len(static_shape(call.args[0]))
         return relax.Tuple([self.builder_.emit(relax.op.strided_slice(
             call.args[0], axes=[axis], begin=[begin], end=[end], assume_inbound=True))
             for begin, end in bounds])
