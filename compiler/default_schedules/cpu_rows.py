@@ -21,6 +21,7 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
+from ..symbolic_padding import round_up
 from .cpu_blocks import (
     WIDE_VECTORS,
     CpuRule,
@@ -95,10 +96,7 @@ def pad_row_reductions(func: tirx.PrimFunc, lanes_of) -> tirx.PrimFunc:
     wav2vec2's GroupNorm over 3,199 steps), and which blocks its vectorizing; unsplit, the
     reduction was a scalar chain. Blocks whose loops are not their own perfect nest are left
     as they are."""
-    padded = {}
-    for block, (length, loop_var) in _ragged_reductions(func, lanes_of).items():
-        lanes = lanes_of(block.writes[0].source.dtype)
-        padded[block.name_hint] = (length, lanes, loop_var)
+    padded = _ragged_reductions(func, lanes_of)
     if not padded:
         return func
     buffers = {b: b for b in func.params}  # buffers are their own variables in TVM 0.27
@@ -110,21 +108,20 @@ def pad_row_reductions(func: tirx.PrimFunc, lanes_of) -> tirx.PrimFunc:
                 realize.block.name_hint not in padded:
             return loop
         length, lanes, loop_var = padded[realize.block.name_hint]
-        whole = -(-length // lanes) * lanes
         if not loop.loop_var.same_as(loop_var):
             return loop
         block = _padded_block(realize.block, length, lanes, buffers)
-        return tirx.For(loop.loop_var, loop.min, tirx.const(whole, str(loop_var.ty.dtype)),
-                        loop.kind, s_tir.SBlockRealize(realize.iter_values, realize.predicate,
-                                                       block), loop.thread_binding,
-                        loop.annotations)
+        realize = s_tir.SBlockRealize(realize.iter_values, realize.predicate, block)
+        return tirx.For(loop.loop_var, loop.min, block.iter_vars[-1].dom.extent, loop.kind,
+                        realize, loop.thread_binding, loop.annotations)
     return tvm_ffi.structural_map(func, [(tirx.For, on_for)])
 
 
 def _ragged_reductions(func: tirx.PrimFunc, lanes_of) -> dict:
-    """{block: (n, its loop's variable)}: the root's reduction blocks that pad_row_reductions
-    pads (one reduction axis, innermost, static, from 0, bound to the innermost of the
-    block's own loops with no predicate; a combiner of _COMBINERS with its identity)."""
+    """{block name: (n, lanes, its loop's variable)}: the root's reduction blocks that
+    pad_row_reductions pads (one reduction axis, innermost, static, from 0, bound to the
+    innermost of the block's own loops with no predicate; a combiner of _COMBINERS with its
+    identity)."""
     sch = s_tir.Schedule(func)
     found = {}
     for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
@@ -147,7 +144,7 @@ def _ragged_reductions(func: tirx.PrimFunc, lanes_of) -> dict:
                 and loop.body.iter_values[-1].same_as(loop.loop_var)
                 and _int(loop.body.predicate) == 1):
             continue
-        found[block] = (int(dom.extent), loop.loop_var)
+        found[block.name_hint] = (int(dom.extent), lanes, loop.loop_var)
     return found
 
 
@@ -211,7 +208,7 @@ def _padded_block(block, length: int, lanes: int, buffers: dict):
         guarded = tirx.Let(var, load, guarded)
     value = type(block.body.value)(*((guarded, own) if first else (own, guarded)))
     body = tirx.BufferStore(block.body.buffer, value, block.body.indices)
-    whole = -(-length // lanes) * lanes
+    whole = round_up(length, lanes)
     iter_vars[-1] = tirx.IterVar(tvm.ir.Range(0, tirx.const(whole, dtype)), k,
                                  iter_vars[-1].iter_type)
     draft = s_tir.SBlock(iter_vars, block.reads, block.writes, block.name_hint, body,

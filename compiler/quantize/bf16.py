@@ -45,10 +45,9 @@ from ..default_schedules.cpu_blocks import _largest_divisor
 from ..default_schedules.cpu_dot import AMX_MIN_ROWS
 from ..frontends.relax_shapes import static_shape
 from ..passes.layout.prepack_weights import (
+    conv_padded_width,
     convert_sites,
-    padded_width,
     pads_rows,
-    pads_width,
     row_blocks_packed,
     site_kind,
     site_packed_call,
@@ -60,6 +59,7 @@ from ..passes.layout.winograd_conv import (
     unfusable_inputs,
     winograd_site,
 )
+from ..symbolic_padding import round_up
 
 BYTES_PER_ROW = 0.0
 # 3x3 convs with a Winograd form, where WinogradConv runs: F(4x4) ones are left float32 to
@@ -104,7 +104,7 @@ def amx_padded_rows(site: Site) -> int | None:
     if site_kind(site) != "matmul" or rows is None or rows < AMX_MIN_ROWS:
         return None
     step = 2 * AMX_TILE_ROWS if rows > 2 * AMX_TILE_ROWS else AMX_TILE_ROWS
-    padded = -(-rows // step) * step
+    padded = round_up(rows, step)
     depth = _largest_divisor(rows, AMX_TILE_ROWS)
     if depth >= AMX_MIN_ROWS and padded // AMX_TILE_ROWS >= rows // depth:
         return None
@@ -122,7 +122,7 @@ def amx_padded_width(site: Site) -> int | None:
     if site_kind(site) != "conv2d" or width is None or width < AMX_MIN_ROWS or \
             _largest_divisor(width, AMX_TILE_ROWS) >= AMX_MIN_ROWS:
         return None
-    return -(-width // AMX_TILE_ROWS) * AMX_TILE_ROWS
+    return round_up(width, AMX_TILE_ROWS)
 
 
 def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr, amx: bool) -> relax.Expr:
@@ -133,8 +133,7 @@ def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr, amx: bool) -> 
     if tile_rows(site) is None or pads_rows(site, dot_kernels.BF16.lanes):
         return row_blocks_packed(bb, site, xb, dot_kernels.BF16, "matmul_bf16")
     # a conv's width no tile divides: computed padded, as PrepackWeights does float32 ones
-    width = amx_padded_width(site) if amx else (
-        padded_width(tile_rows(site)) if pads_width(site, dot_kernels.BF16.lanes) else None)
+    width = amx_padded_width(site) if amx else conv_padded_width(site, dot_kernels.BF16.lanes)
     return bb.emit_te(*site_packed_call(site, xb, dot_kernels.BF16, padded_width=width),
                       primfunc_name_hint=f"{site_kind(site)}_bf16")
 

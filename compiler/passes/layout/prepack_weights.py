@@ -166,6 +166,11 @@ def pads_width(site: Site, lanes: int) -> bool:
             and whole_channels(site, lanes))
 
 
+def conv_padded_width(site: Site, lanes: int) -> int | None:
+    """The output columns a conv computes where pads_width holds (padded_width), else None."""
+    return padded_width(tile_rows(site)) if pads_width(site, lanes) else None
+
+
 def pads_rows(site: Site, lanes: int, max_rows: int = _MAX_ROWS) -> bool:
     """A matmul with whole channel blocks whose static row count no tile of 4 to ``max_rows``
     rows divides (ViT's 197 tokens): PrepackWeights pads its rows to blocks of
@@ -245,7 +250,7 @@ class PrepackWeights:
                 return flat_rows_packed(bb, site, x, fmt)
             if tile_rows(site) is None or pads_rows(site, self.lanes, self.matmul_rows):
                 return row_blocks_packed(bb, site, x, fmt)
-            width = padded_width(tile_rows(site)) if pads_width(site, self.lanes) else None
+            width = conv_padded_width(site, self.lanes)
             source = nchw_source(bb, site, x)
             call = site_packed_call(site, x, fmt, padded_width=width) if source is None else \
                 site_packed_call(site, source, fmt, input_layout="NCHW", padded_width=width)
