@@ -86,6 +86,16 @@ def against_unmapped_pages(shape, at_end: bool, dtype=np.float32):
     return array, mapping
 
 
+def exit_code_in_child(target, *args, timeout: float = 300) -> int | None:
+    """Run ``target(*args)`` in a spawned process (a kernel that reads past an input placed by
+    against_unmapped_pages kills it, not the test run) and return its exit code."""
+    import multiprocessing
+    child = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    child.start()
+    child.join(timeout)
+    return child.exitcode
+
+
 def skip_unless_runs_here(target) -> None:
     """Skip the rest of a test (its in-process run) when this host's CPU lacks the
     instructions code built for ``target`` (an x86 llvm target of a fixed ISA) uses; what the

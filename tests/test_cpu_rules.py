@@ -1,6 +1,5 @@
 """Default CPU schedules: which rule takes which kernel, and that results stay right."""
 
-import multiprocessing
 import re
 from types import SimpleNamespace
 
@@ -9,7 +8,7 @@ import onnx
 import pytest
 import tvm
 from helpers import check_against_onnxruntime
-from kernel_helpers import against_unmapped_pages, build_scheduled
+from kernel_helpers import against_unmapped_pages, build_scheduled, exit_code_in_child
 from onnx import TensorProto, helper
 from tvm import te, topi
 from tvm.script import tirx as T
@@ -420,12 +419,9 @@ def test_a_ragged_row_reduction_is_vectorized_reads_inside_and_matches_numpy(len
     script = sch.mod["main"].script()
     # both reductions split into vectors of partial sums (cpu_rows.vectorize_partial)
     assert script.count('_rf_update")') == 2, script
-    child = multiprocessing.get_context("spawn").Process(
-        target=_variance_against_unmapped_pages, args=(length,))
-    child.start()
-    child.join()
-    assert child.exitcode == 0, f"the kernel read outside its input or got a wrong answer " \
-        f"(child exit code {child.exitcode})"
+    exit_code = exit_code_in_child(_variance_against_unmapped_pages, length)
+    assert exit_code == 0, f"the kernel read outside its input or got a wrong answer " \
+        f"(child exit code {exit_code})"
 
 
 def test_row_wise_leaves_channel_means_to_generic():
@@ -663,12 +659,9 @@ def test_a_max_pool_reads_its_input_in_place(bits):
 @pytest.mark.parametrize("bits", [False, True], ids=["float32", "bf16"])
 def test_a_max_pool_reads_nothing_outside_its_input_and_matches_numpy(bits, at_end):
     """Negative inputs (-3 on average): a padding tap read as 0 would show in the maximum."""
-    child = multiprocessing.get_context("spawn").Process(
-        target=_max_pool_against_unmapped_pages, args=(bits, at_end))
-    child.start()
-    child.join(300)
-    assert child.exitcode == 0, f"the pool read outside its input or got a wrong answer " \
-        f"(child exit code {child.exitcode})"
+    exit_code = exit_code_in_child(_max_pool_against_unmapped_pages, bits, at_end)
+    assert exit_code == 0, f"the pool read outside its input or got a wrong answer " \
+        f"(child exit code {exit_code})"
 
 
 def test_a_producer_that_computes_is_not_inlined_into_a_reduction():

@@ -3,7 +3,6 @@ kernel scheduled by its default rule against a float64 numpy conv, with tile siz
 and do not divide the output, asymmetric padding, a fused epilogue; nothing written past an
 output, nothing read outside an input (placed against unmapped pages)."""
 
-import multiprocessing
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from kernel_helpers import (
     against_unmapped_pages,
     build_scheduled,
     check_guard,
+    exit_code_in_child,
     guarded_output,
     skip_unless_runs_here,
 )
@@ -109,9 +109,6 @@ def test_input_transform_reads_nothing_outside_its_input(shape, m, at_end):
     """The padding taps (top/left rows before the input, the last partial tile's past it) are
     guarded loads: here an unguarded one would segfault the child."""
     skip_unless_runs_here(TARGET)
-    child = multiprocessing.get_context("spawn").Process(
-        target=_input_transform_against_unmapped_pages, args=(shape, m, at_end))
-    child.start()
-    child.join(300)
-    assert child.exitcode == 0, f"the input transform read outside its input " \
-        f"(child exit code {child.exitcode})"
+    exit_code = exit_code_in_child(_input_transform_against_unmapped_pages, shape, m, at_end)
+    assert exit_code == 0, f"the input transform read outside its input " \
+        f"(child exit code {exit_code})"
