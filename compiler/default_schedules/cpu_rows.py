@@ -28,6 +28,7 @@ from .cpu_blocks import (
     _extent,
     _int,
     divisible,
+    has_reduction,
     small_enough_to_inline,
     touches_bool,
     vector_lanes,
@@ -41,7 +42,10 @@ class RowWise(CpuRule):
     needs_reduction = True
 
     def apply(self, func, target: Target, tunable: bool):
-        if isinstance(func, tirx.PrimFunc) and target.kind.name == "llvm":
+        # has_reduction first (its answer is kept for the same func, which super() asks
+        # again): most kernels have no reduction, and the padding would parse each one
+        if isinstance(func, tirx.PrimFunc) and target.kind.name == "llvm" and \
+                has_reduction(func):
             func = pad_row_reductions(func, lambda dtype: vector_lanes(target, dtype.bits))
         return super().apply(func, target, tunable)
 
