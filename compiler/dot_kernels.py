@@ -29,6 +29,7 @@ the kernel, and its format, by it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,16 +146,26 @@ def pack_matmul_weight(weight_kn: np.ndarray, fmt: DotFormat = INT8,
 ODD_BLOCKS_PADDED_FROM = 16
 
 
-def packed_blocks(columns: int, lanes: int, whole_tiles: bool = False) -> int:
+def packed_blocks(columns: int, lanes: int, whole_tiles: bool = False,
+                  tile_merit: Callable[[int], float] | None = None) -> int:
     """Blocks of ``lanes`` the packed weight of ``columns`` output columns holds: whole blocks,
-    and with ``whole_tiles`` (PrepackWeights: its kernels crop their padded columns) one more
-    where there are at least ODD_BLOCKS_PADDED_FROM and their count has no divisor from 2 to
-    4. The register tile takes whole blocks that divide the count, so a count
-    like GPT-2's vocabulary head on AVX2 (50,257 columns: 6,283 = 61 x 103 blocks of 8) left it
-    one block a step, each broadcast feeding a single multiply-add. The kernel computes the
-    zero columns and crops them with the rest of the padding."""
+    and with ``whole_tiles`` (PrepackWeights: its kernels crop their padded columns) where
+    there are at least ODD_BLOCKS_PADDED_FROM, up to 1/16 more. The register tile takes whole
+    blocks that divide the count, so a count like GPT-2's vocabulary head on AVX2 (50,257
+    columns: 6,283 = 61 x 103 blocks of 8) left it one block a step, each broadcast feeding a
+    single multiply-add; on AVX-512 (3,142 = 2 x 1,571 blocks of 16) two blocks, where three
+    fill the register file. With ``tile_merit`` (the merit of the tile the kernel would take
+    for a count of blocks: cpu_dot.packed_matmul_tile_merit) the count of the most merit per
+    real column, the fewest blocks on a tie; without it, one block more where the count has no
+    divisor from 2 to 4. The kernel computes the zero columns and crops them with the rest of
+    the padding."""
     blocks = _round_up(columns, lanes) // lanes
-    if whole_tiles and blocks >= ODD_BLOCKS_PADDED_FROM and all(blocks % v for v in (2, 3, 4)):
+    if not whole_tiles or blocks < ODD_BLOCKS_PADDED_FROM:
+        return blocks
+    if tile_merit is not None:
+        counts = range(blocks, blocks + blocks // ODD_BLOCKS_PADDED_FROM + 1)
+        return max(counts, key=lambda count: (tile_merit(count) * blocks / count, -count))
+    if all(blocks % v for v in (2, 3, 4)):
         blocks += 1
     return blocks
 
@@ -166,10 +177,11 @@ def conv_packed_shape(hwio: tuple, fmt: DotFormat, whole_tiles: bool = False
             _round_up(ic, fmt.group) // fmt.group, fmt.lanes, fmt.group)
 
 
-def matmul_packed_shape(kn: tuple, fmt: DotFormat, whole_tiles: bool = False
-                        ) -> tuple[int, ...]:
+def matmul_packed_shape(kn: tuple, fmt: DotFormat, whole_tiles: bool = False,
+                        tile_merit: Callable[[int], float] | None = None) -> tuple[int, ...]:
     k, n = kn
-    return (packed_blocks(n, fmt.lanes, whole_tiles), _round_up(k, fmt.group) // fmt.group,
+    return (packed_blocks(n, fmt.lanes, whole_tiles, tile_merit),
+            _round_up(k, fmt.group) // fmt.group,
             fmt.lanes, fmt.group)
 
 

@@ -42,7 +42,7 @@ import tvm
 
 from aotc.errors import AotcError, CompileError, meaningful_line
 from aotc.options import CompileOptions
-from aotc.targets import TargetSpec, amx_bf16, broadcast_register
+from aotc.targets import TargetSpec, amx_bf16, broadcast_register, simd
 
 from . import passes
 from . import quantize as int8
@@ -71,7 +71,8 @@ def quantize(spec: TargetSpec):
 def pack(spec: TargetSpec):
     lanes = spec.vector_lanes(32) if spec.schedule_rules == "cpu" else None
     broadcast = lanes is not None and broadcast_register(spec.tvm_target)
-    return lambda _options: passes.layout.pack_steps(lanes, broadcast)
+    registers = simd(spec.tvm_target)[1] if lanes is not None else 32
+    return lambda _options: passes.layout.pack_steps(lanes, broadcast, registers)
 
 
 def lower(options: CompileOptions) -> list[Step]:

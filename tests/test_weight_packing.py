@@ -76,3 +76,22 @@ def test_odd_block_counts_get_one_block_more_for_prepacked_kernels():
     packed = k.packed_tensor(k.pack_conv_weight, conv, fmt, shape).numpy()
     np.testing.assert_array_equal(packed[:17], _conv_reference(conv, fmt))
     assert not packed[17].any()
+
+
+def test_block_counts_follow_the_register_tile_the_kernel_takes():
+    """Given the merit of the tile PrepackWeights' kernel takes (cpu_dot.
+    packed_matmul_tile_merit), the count of blocks up to 1/16 more with the most tile merit
+    per real column. AVX-512 (32 registers), 128 rows, K = 768: GPT-2's head (3,142 = 2 x
+    1,571 blocks of 16) took 8x2 tiles and gets 3,144 (8x3); 1,024 columns (64 blocks: 8x2 or
+    4x4) get 66; 3,072 (192 = 3 x 64) keep theirs. AVX2 (16 registers, the broadcast in one)
+    keeps 6,284 blocks of 8 for the head, whose two-block tiles are its best. Without whole
+    tiles nothing is padded; on a tie the fewest blocks."""
+    from aotc.compiler.default_schedules.cpu_dot import packed_matmul_tile_merit
+    avx512 = packed_matmul_tile_merit(128, 768, 32, broadcast_register=False)
+    assert k.packed_blocks(50257, 16, True, avx512) == 3144
+    assert k.packed_blocks(1024, 16, True, avx512) == 66
+    assert k.packed_blocks(3072, 16, True, avx512) == 192
+    assert k.packed_blocks(1024, 16, False, avx512) == 64
+    assert k.packed_blocks(50257, 16, True, lambda blocks: 1.0) == 3142
+    avx2 = packed_matmul_tile_merit(128, 768, 16, broadcast_register=True)
+    assert k.packed_blocks(50257, 8, True, avx2) == 6284

@@ -14,6 +14,7 @@ docs/design/measurements.md#compilerdefault_schedulescpu_dotpy."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tvm import ir as tvm_ir
@@ -246,6 +247,23 @@ def tile_shape(channel_blocks: int, rows: int, registers: int = 32,
         if (r * blocks, blocks > 1, r) > (best[0] * best[1], best[1] > 1, best[0]):
             best = (r, blocks)
     return best
+
+
+def packed_matmul_tile_merit(rows: int, reduction: int, registers: int,
+                             broadcast_register: bool, symbolic_rows: bool = False
+                             ) -> Callable[[int], float]:
+    """The merit (_tile_merit) of the register tile PackedDot gives a float32 packed matmul, as
+    a function of its count of column blocks: ``rows`` along the tile's row axis (a block of
+    padded rows where they are symbolic), ``reduction`` products per output, the target's
+    vector ``registers``. PrepackWeights picks the count of blocks by it
+    (dot_kernels.packed_blocks)."""
+    accumulators = STACK_TILE_ACCUMULATORS \
+        if reduction <= SHORT_REDUCTION or symbolic_rows else None
+
+    def merit(blocks: int) -> float:
+        return _tile_merit(tile_shape(blocks, rows, registers, accumulators, MATMUL_TILE_ROWS,
+                                      broadcast_register), broadcast_register)
+    return merit
 
 
 class PackedDot(CpuRule):

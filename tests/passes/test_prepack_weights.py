@@ -380,3 +380,30 @@ def test_rows_flatten_only_into_tiles_as_deep_as_padding_gives(lead, flattened_a
                              (PrepackWeights(16)(before), flattened_avx512)):
         names = [call.args[0].name_hint for call in _call_tirs(after)]
         assert names == (["matmul_packed"] if flattened else ["pad_rows", "matmul_packed"]), names
+
+
+@pytest.mark.parametrize("rows, lanes, broadcast_register, blocks", [
+    (32, 16, False, 39),  # AVX-512: 37 blocks of 16 (prime) -> 39 (3 a tile: 8x3)
+    (32, 8, True, 74),    # AVX2: 74 blocks of 8 (2 x 37) already take its 4x2 tile
+    (1, 16, False, 38),   # one row: bound by reading the weight, one block more as before
+])
+def test_column_blocks_are_counted_for_the_register_tile(rows, lanes, broadcast_register,
+                                                         blocks):
+    """589 output columns: PrepackWeights packs the weight with the count of blocks whose
+    register tile does the most work per real column (dot_kernels.packed_blocks), the extra
+    columns zero and cropped. The numbers equal the original's."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((rows, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(relax.op.matmul(x, _const(64, 589)),
+                                              _const(589)))
+        bb.emit_func_output(out)
+    before = bb.get()
+    after = PrepackWeights(lanes, broadcast_register=broadcast_register,
+                           registers=16 if broadcast_register else 32)(before)
+    (call,) = [c for c in _call_tirs(after) if c.args[0].name_hint == "matmul_packed"]
+    weight = call.args[1].fields[1]
+    assert [int(d) for d in weight.ty.shape.values] == [blocks, 64, lanes, 1]
+    x = RNG.standard_normal((rows, 64)).astype(np.float32)
+    np.testing.assert_allclose(_run_vm(after, x), _run_vm(before, x), rtol=1e-5, atol=1e-5)

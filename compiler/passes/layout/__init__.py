@@ -23,12 +23,13 @@ def winograd_runs(options: CompileOptions) -> bool:
     return enabled("WinogradConv", WINOGRAD_LEVEL, options)
 
 
-def pack_steps(float_lanes: int | None, broadcast_register: bool = False) -> list[Step]:
+def pack_steps(float_lanes: int | None, broadcast_register: bool = False,
+               registers: int = 32) -> list[Step]:
     """The pack phase (after quantize): float32 3x3 convs as Winograd kernels, the other
-    float32 weights prepacked for the target's SIMD width; ``float_lanes`` None (GPU rules)
-    packs nothing."""
+    float32 weights prepacked for the target's SIMD width and register file; ``float_lanes``
+    None (GPU rules) packs nothing."""
     return [Step(WinogradConv(float_lanes), WINOGRAD_LEVEL),
-            Step(PrepackWeights(float_lanes, broadcast_register), 2)]
+            Step(PrepackWeights(float_lanes, broadcast_register, registers), 2)]
 
 
 __all__ = ["ConvertLayoutNHWC", "PrepackWeights", "WinogradConv", "pack_steps", "steps"]

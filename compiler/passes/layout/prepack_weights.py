@@ -29,7 +29,14 @@ packed layout).
 A matmul whose rows are symbolic (a model exported with dynamic axes: [batch, seq, K]) is
 packed too: its rows are padded to blocks of dot_kernels.SYMBOLIC_ROWS (an axis of blocks, a
 static one of rows), the packed kernel runs on them, and the padded rows are sliced off. Left
-to Contraction, such matmuls ran unpacked at about half the speed of a fixed-length build."""
+to Contraction, such matmuls ran unpacked at about half the speed of a fixed-length build.
+
+A matmul's weight is packed with the count of column blocks (up to 1/16 more than its columns
+need) whose register tile does the most work per real column, for the target's register file
+(dot_kernels.packed_blocks, cpu_dot.packed_matmul_tile_merit): on AVX-512 a count of blocks
+that 3 does not divide (64 for 1,024 columns, 3,142 for GPT-2's 50,257) took tiles of 16
+accumulators where three blocks of eight rows hold 24. A single row keeps its count: each
+weight vector feeds one multiply-add whatever the tile."""
 
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ from ... import dot_kernels, symbolic_padding
 from ...contraction_sites import Site, find_sites
 from ...default_schedules.cpu_blocks import _largest_divisor
 from ...default_schedules.cpu_contraction import INLINE_PRODUCERS_MAX_REDUCTION
+from ...default_schedules.cpu_dot import packed_matmul_tile_merit
 from ...relax_walk import has_main, mutate_functions
 
 _MAX_ROWS = 8
@@ -54,16 +62,19 @@ MAX_CHANNEL_PADDING = 1 / 16
 
 def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
                 fmt: dot_kernels.DotFormat, pad_value: int = 0, input_layout: str = "NHWC",
-                padded_width: int | None = None):
+                padded_width: int | None = None,
+                tile_merit: Callable[[int], float] | None = None):
     """(te function, args...) for ``emit_te``: the conv2d/matmul ``call`` as a packed kernel of
     ``fmt`` reading ``x`` (already in the format's operand type; a conv2d's ``x`` in
     ``input_layout``), ``weight`` (HWIO / [K, N], in the format's input type) packed at
     compile time; a conv2d computing ``padded_width`` output columns (dot_kernels.conv2d_nhwc)
-    if given."""
+    if given; a matmul's column blocks counted by ``tile_merit`` if given
+    (dot_kernels.packed_blocks)."""
     if call.op.name == "relax.matmul":
-        packed = dot_kernels.packed_tensor(dot_kernels.pack_matmul_weight, weight, fmt,
-                                           dot_kernels.matmul_packed_shape(weight.shape, fmt,
-                                                                           whole_tiles=True))
+        packed = dot_kernels.packed_tensor(
+            dot_kernels.pack_matmul_weight, weight, fmt,
+            dot_kernels.matmul_packed_shape(weight.shape, fmt, whole_tiles=True,
+                                            tile_merit=tile_merit))
         return (dot_kernels.matmul, x, relax.const(packed), weight.shape[1], pad_value)
     attrs = call.attrs
     groups = int(attrs.groups)
@@ -77,10 +88,11 @@ def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,
 
 
 def site_packed_call(site: Site, x: relax.Expr, fmt: dot_kernels.DotFormat,
-                     input_layout: str = "NHWC", padded_width: int | None = None):
+                     input_layout: str = "NHWC", padded_width: int | None = None,
+                     tile_merit: Callable[[int], float] | None = None):
     """packed_call of a float32 site, its constant weight converted by ``fmt``'s packing."""
-    return packed_call(site.call, site.weight(), x, fmt,
-                       input_layout=input_layout, padded_width=padded_width)
+    return packed_call(site.call, site.weight(), x, fmt, input_layout=input_layout,
+                       padded_width=padded_width, tile_merit=tile_merit)
 
 
 # Input channels up to which a conv reads an NCHW input in place of its NHWC transpose (an
@@ -229,14 +241,18 @@ class PrepackWeights:
     """``lanes``: float32 lanes of the target's SIMD register (4, 8 or 16); None (a GPU
     target) leaves the module as it is. ``broadcast_register``: the target's multiply-adds
     take no broadcast memory operand (targets.broadcast_register: AVX2), so matmul rows only
-    7 divides are padded (_BROADCAST_REGISTER_ROWS).
+    7 divides are padded (_BROADCAST_REGISTER_ROWS). ``registers``: the target's vector
+    registers, which bound the register tile a matmul's count of column blocks is chosen for
+    (dot_kernels.packed_blocks).
 
     A short conv of an image in NCHW (the model's input; ConvertLayoutNHWC put a transpose
     before it) reads the image in place, through the kernel's padding block: the transpose was
     a kernel of its own, one more pass over the image."""
 
-    def __init__(self, lanes: int | None, broadcast_register: bool = False):
-        self.lanes = lanes
+    def __init__(self, lanes: int | None, broadcast_register: bool = False,
+                 registers: int = 32):
+        self.lanes, self.broadcast_register, self.registers = lanes, broadcast_register, \
+            registers
         # rows a matmul's tile may take without padding them (_BROADCAST_REGISTER_ROWS)
         self.matmul_rows = _BROADCAST_REGISTER_ROWS if broadcast_register else _MAX_ROWS
 
@@ -247,9 +263,16 @@ class PrepackWeights:
 
         def emit(bb, site, x):
             if flattens_rows(site, self.matmul_rows):
-                return flat_rows_packed(bb, site, x, fmt)
-            if tile_rows(site) is None or pads_rows(site, self.lanes, self.matmul_rows):
-                return row_blocks_packed(bb, site, x, fmt)
+                return flat_rows_packed(bb, site, x, fmt,
+                                        self.tile_merit(site, flattened_rows(site)))
+            rows = tile_rows(site)
+            if rows is None or pads_rows(site, self.lanes, self.matmul_rows):
+                return row_blocks_packed(bb, site, x, fmt, tile_merit=self.tile_merit(
+                    site, row_block(rows), symbolic_rows=rows is None))
+            if site_kind(site) == "matmul":
+                return bb.emit_te(*site_packed_call(site, x, fmt,
+                                                    tile_merit=self.tile_merit(site, rows)),
+                                  primfunc_name_hint="matmul_packed")
             width = conv_padded_width(site, self.lanes)
             source = nchw_source(bb, site, x)
             call = site_packed_call(site, x, fmt, padded_width=width) if source is None else \
@@ -259,6 +282,24 @@ class PrepackWeights:
                              or pads_rows(s, self.lanes, self.matmul_rows)
                              or pads_width(s, self.lanes), emit, symbolic_rows=True,
                              grouped=True)
+
+    def tile_merit(self, site: Site, rows: int, symbolic_rows: bool = False
+                   ) -> Callable[[int], float] | None:
+        """cpu_dot.packed_matmul_tile_merit of a matmul site whose kernel's tile axis has
+        ``rows`` rows; None for a single row (a matrix-vector product, bound by reading the
+        weight once, whatever its tile)."""
+        if rows < 2:
+            return None
+        reduction = int(site.call.args[0].ty.shape[-1])
+        return packed_matmul_tile_merit(rows, reduction, self.registers,
+                                        self.broadcast_register, symbolic_rows)
+
+
+def row_block(rows: int | None) -> int:
+    """The rows of row_blocks_packed's blocks: SYMBOLIC_ROWS for symbolic rows, else the rows
+    rounded up to it (one block)."""
+    return dot_kernels.SYMBOLIC_ROWS if rows is None else \
+        symbolic_padding.round_up(rows, dot_kernels.SYMBOLIC_ROWS)
 
 
 def flattened_rows(site: Site) -> int | None:
@@ -284,17 +325,20 @@ def flattens_rows(site: Site, max_rows: int) -> bool:
     return _largest_divisor(flat, max_rows) >= max(4, padded_tile)
 
 
-def flat_rows_packed(bb, site: Site, x: relax.Expr, fmt) -> relax.Expr:
+def flat_rows_packed(bb, site: Site, x: relax.Expr, fmt,
+                     tile_merit: Callable[[int], float] | None = None) -> relax.Expr:
     """The packed matmul of flattens_rows: ``x`` reshaped to [rows, K], the kernel's result
     in the site's own shape."""
     shape = [int(d) for d in site.call.args[0].ty.shape.values]
     flat = bb.emit(relax.op.reshape(x, relax.ShapeExpr([flattened_rows(site), shape[-1]])))
-    return bb.emit_te(*site_packed_call(site, flat, fmt), None, shape[:-1],
+    return bb.emit_te(*site_packed_call(site, flat, fmt, tile_merit=tile_merit), None,
+                      shape[:-1],
                       primfunc_name_hint="matmul_packed")
 
 
 def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt, name: str = "matmul_packed",
-                      block: int | None = None) -> relax.Expr:
+                      block: int | None = None,
+                      tile_merit: Callable[[int], float] | None = None) -> relax.Expr:
     """The packed matmul of a site whose rows are symbolic or have no tile-sized divisor:
     rows padded to whole blocks of ``block`` rows (an axis of blocks and a static one of
     rows: the tile's rows), the packed kernel, the blocks joined back and the padded rows
@@ -307,14 +351,15 @@ def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt, name: str = "matmul_pa
     axis = len(shape) - 2
     rows = tile_rows(site)
     if block is None:
-        block = dot_kernels.SYMBOLIC_ROWS if rows is None else \
-            symbolic_padding.round_up(rows, dot_kernels.SYMBOLIC_ROWS)
+        block = row_block(rows)
     blocks = bb.emit_te(symbolic_padding.pad_axis_to_blocks, x, axis, block,
                         primfunc_name_hint="pad_rows")
     if rows is not None:  # static: cropped in the kernel, where the epilogue fuses
-        return bb.emit_te(*site_packed_call(site, blocks, fmt), rows, primfunc_name_hint=name)
+        return bb.emit_te(*site_packed_call(site, blocks, fmt, tile_merit=tile_merit), rows,
+                          primfunc_name_hint=name)
     assert block == dot_kernels.SYMBOLIC_ROWS, "symbolic rows take blocks of SYMBOLIC_ROWS"
-    y = bb.emit_te(*site_packed_call(site, blocks, fmt), primfunc_name_hint=name)
+    y = bb.emit_te(*site_packed_call(site, blocks, fmt, tile_merit=tile_merit),
+                   primfunc_name_hint=name)
     out_shape = list(site.var.ty.shape.values)
     padded = symbolic_padding.round_up(shape[axis], dot_kernels.SYMBOLIC_ROWS)
     joined = bb.emit(relax.op.reshape(y, relax.ShapeExpr(
