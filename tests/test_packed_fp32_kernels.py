@@ -316,6 +316,35 @@ def test_an_odd_block_count_gets_multi_block_tiles(tmp_path):
     assert int(sch.get(loops[-2]).extent) > 1  # blocks a step (3 of 18 here)
 
 
+def test_a_prime_block_count_takes_three_block_avx512_tiles(tmp_path):
+    """589 columns are 37 blocks of 16 (prime): before, the AVX-512 kernel took one block a
+    step. Packed with 39 blocks (dot_kernels.packed_blocks), its tiles take three, and the
+    crop writes whole vectors up to the last one (WholeVectorPredicates): built for
+    x86-avx512, against onnxruntime."""
+    import onnx
+    from helpers import check_against_onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    from aotc.targets import resolve, runs_here
+    w = RNG.standard_normal((320, 589)).astype(np.float32)  # K past SHORT_REDUCTION
+    bias = RNG.standard_normal(589).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+         helper.make_node("Add", ["xw", "bias"], ["y"])], "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [24, 320])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [24, 589])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "bias")])
+    path = tmp_path / "head.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    why = runs_here(resolve("x86-avx512"))
+    if why is not None:
+        pytest.skip(why)
+    model, _ = check_against_onnxruntime(path, tmp_path, rtol=1e-4, atol=1e-4,
+                                         target="x86-avx512")
+    (kernel,) = [k for k in model.metadata["kernels"] if "matmul_packed" in k["name"]]
+    assert [arg["shape"] for arg in kernel["args"]][1] == [39, 320, 16, 1]
+
+
 @pytest.mark.parametrize("lanes", [16, 8])
 @pytest.mark.parametrize("height, width, kernel, stride, pad", [
     (1, 399, 3, 2, 0),    # 199 columns, computed as 200

@@ -24,16 +24,16 @@ from .folding import (
 )
 from .fusion import FuseAttention
 from .importer_fixes import (
-                             Conv1dAsConv2d,
-                             LiftMinMaxCallTIR,
-                             RemoveIdentityBroadcast,
-                             RemoveIdentityCast,
-                             RemoveInferenceDropout,
-                             SumOfStackToAdd,
-                             WholeInputPooling,
+    Conv1dAsConv2d,
+    LiftMinMaxCallTIR,
+    RemoveIdentityBroadcast,
+    RemoveIdentityCast,
+    RemoveInferenceDropout,
+    SumOfStackToAdd,
+    WholeInputPooling,
 )
 from .layout import ConvertLayoutNHWC
-from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants
+from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants, WholeVectorPredicates
 
 # the groups pipeline.py calls steps() of, then the passes tests and callers import by name
 __all__ = ["cleanup", "fusion",
@@ -43,4 +43,4 @@ __all__ = ["cleanup", "fusion",
            "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
            "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveIdentityCast",
            "RemoveInferenceDropout",
-           "SumOfStackToAdd", "WholeInputPooling"]
+           "SumOfStackToAdd", "WholeInputPooling", "WholeVectorPredicates"]

@@ -22,6 +22,7 @@ from .ordered_shape_stores import OrderShapeFuncStores
 from .scalar_kernels_apart import ScalarKernelsApart
 from .self_contained_kernels import SelfContainedKernels
 from .sorted_scalar_params import SortScalarParams
+from .whole_vector_predicates import WholeVectorPredicates
 
 # Not a pass of its own: the float32 exp/erf/tanh/sigmoid entries of LegalizeOps' map.
 VECTOR_MATH_NAME, VECTOR_MATH_LEVEL = "VectorMath", 1
@@ -55,6 +56,6 @@ def steps(options: CompileOptions) -> list[Step]:
 
 __all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "OrderShapeFuncStores",
            "ScalarKernelsApart",
-           "SelfContainedKernels", "SortScalarParams",
+           "SelfContainedKernels", "SortScalarParams", "WholeVectorPredicates",
            "VECTOR_MATH_LEVEL",
            "VECTOR_MATH_NAME", "steps"]
