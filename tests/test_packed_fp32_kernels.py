@@ -20,7 +20,7 @@ from kernel_helpers import (
 from tvm import s_tir, te
 
 from aotc.compiler import dot_kernels as k
-from aotc.compiler.default_schedules.cpu_dot import PackedDot, tile_shape
+from aotc.compiler.default_schedules.cpu_dot import MATMUL_K_UNROLL, PackedDot, tile_shape
 
 TARGETS = {16: {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
            8: {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}}
@@ -194,9 +194,44 @@ def test_matmul_tile_rows(rows, tile_rows):
     wt = te.placeholder(packed.shape, "float32", "w")
     func = te.create_prim_func([xt, wt, k.matmul(xt, wt, 64, 0)])
     sch = PackedDot().schedule(s_tir.Schedule(func), tvm.target.Target(TARGETS[16]))
-    assert re.findall(r"T\.unroll\((\d+)\)", sch.mod.script())[0] == str(tile_rows)
+    # unrolled: the reduction's MATMUL_K_UNROLL steps, then the tile's rows
+    unrolled = re.findall(r"T\.unroll\((\d+)\)", sch.mod.script())
+    assert unrolled[:2] == [str(MATMUL_K_UNROLL), str(tile_rows)]
     lib = _build(func, 16)
     got = tvm.runtime.tensor(np.zeros((1, rows, 64), np.float32))
+    skip_unless_runs_here(TARGETS[16])
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("k_steps, unrolled", [(512, True), (36, False), (8, False)])
+def test_matmul_reduction_steps_unroll_around_the_tile(k_steps, unrolled):
+    """The untuned float32 matmul runs its reduction in steps of MATMUL_K_UNROLL, unrolled
+    around the register tile, where they divide it (36 and 8 keep one loop). A tuning
+    trace keeps its loop (the design space tuned records replay in). The output matches
+    numpy."""
+    x = RNG.standard_normal((1, 16, k_steps)).astype(np.float32)
+    w = RNG.standard_normal((k_steps, 48)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.fp32_format(16))
+    xt = te.placeholder(x.shape, "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    func = te.create_prim_func([xt, wt, k.matmul(xt, wt, 48, 0)])
+    target = tvm.target.Target(TARGETS[16])
+    for tunable in (False, True):
+        sch = s_tir.Schedule(func)
+        with target:
+            PackedDot().schedule(sch, target, tunable)
+        update = sch.get_sblock(k.fp32_format(16).block + "_update")
+        extents = [int(sch.get(loop).extent) for loop in sch.get_loops(update)]
+        kinds = [sch.get(loop).kind for loop in sch.get_loops(update)]
+        # the parallel tiles, the reduction (in steps, unrolled), rows, blocks, lanes
+        if unrolled and not tunable:
+            assert extents[1:3] == [k_steps // MATMUL_K_UNROLL, MATMUL_K_UNROLL], extents
+            assert kinds[2] == tvm.tirx.ForKind.UNROLLED
+        else:
+            assert extents[1] == k_steps, extents
+    lib = _build(func, 16)
+    got = tvm.runtime.tensor(np.zeros((1, 16, 48), np.float32))
     skip_unless_runs_here(TARGETS[16])
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), got)
     np.testing.assert_allclose(got.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)

@@ -266,6 +266,25 @@ def packed_matmul_tile_merit(rows: int, reduction: int, registers: int,
     return merit
 
 
+# Steps of a float32 matmul's reduction unrolled around its register tile (untuned schedule):
+# one loop branch and pointer update per this many steps of the tile's multiply-adds. Fewer
+# or many more ran slower (docs/design/measurements.md, MATMUL_K_UNROLL). Convs keep their
+# loop: MobileNetV3's short 1x1 convs ran slower unrolled.
+MATMUL_K_UNROLL = 8
+
+
+def _unrolled_reduction(sch, block, fmt: DotFormat, reduce_outer, kernel: _DotKernel):
+    """(the reduction loop, the steps unrolled inside it or None): MATMUL_K_UNROLL steps of a
+    float32 packed matmul whose reduction they divide. Not where the schedule is traced for
+    tuning (schedules/space.py): the design space, and the records tuned in it, stay as
+    they were."""
+    extent = _extent(sch, reduce_outer)
+    if kernel.tunable or fmt.name != "fp32" or not _packed_matmul(sch, block, fmt) or \
+            extent is None or extent % MATMUL_K_UNROLL or extent <= MATMUL_K_UNROLL:
+        return reduce_outer, None
+    return tuple(sch.split(reduce_outer, factors=[None, MATMUL_K_UNROLL]))
+
+
 class PackedDot(CpuRule):
     """Tensorized schedule of the packed contraction kernels (their pad, crop and epilogue)."""
 
@@ -375,8 +394,10 @@ class PackedDot(CpuRule):
         outer = spatial[:-2]
         pixels = kernel.pixels if kernel.pixels is not None else pixels_first(sch, block, fmt)
         order = [*outer, row_out, block_out] if pixels else [block_out, *outer, row_out]
-        sch.reorder(*order, *reduce[:-1], reduce_outer, row_in, block_in,
-                    channel_lane, *([reduce_group] if reduce_group is not None else []))
+        reduce_outer, k_inner = _unrolled_reduction(sch, block, fmt, reduce_outer, kernel)
+        sch.reorder(*order, *reduce[:-1], reduce_outer, *([k_inner] if k_inner else []),
+                    row_in, block_in, channel_lane,
+                    *([reduce_group] if reduce_group is not None else []))
         tile = sch.fuse(*order)
         sch.parallel(tile)
         name, llvm_ir = kernel.intrinsic
@@ -423,6 +444,8 @@ class PackedDot(CpuRule):
             sch.tensorize(channel_lane, name)
         sch.unroll(row_in)
         sch.unroll(block_in)
+        if k_inner is not None:
+            sch.unroll(k_inner)
 
 
 # An AMX tile of sums has at most 16 rows; fewer than this many leave most of each tile
