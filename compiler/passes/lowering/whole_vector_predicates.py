@@ -69,8 +69,11 @@ def _guard_split(loop: tirx.For):
     """(the guard of the last lane, the guard's lane-free part) of a vectorized loop whose
     block's predicate depends on the lane in a way _rises_with accepts; None otherwise."""
     realize = loop.body
+    # one store, nothing the block defines (a buffer defined in both copies would be defined
+    # twice)
     if not isinstance(realize, s_tir.SBlockRealize) or realize.block.iter_vars or \
-            not isinstance(realize.block.body, tirx.BufferStore) or realize.block.init:
+            not isinstance(realize.block.body, tirx.BufferStore) or realize.block.init or \
+            realize.block.alloc_buffers or realize.block.match_buffers:
         return None
     var = loop.loop_var
     lane, free = [], []
@@ -100,14 +103,14 @@ def _serial_copy(loop: tirx.For) -> tirx.For:
                             [_substitute(i, var, fresh) for i in store.indices])
     copy = s_tir.SBlock([], [_region(r, var, fresh) for r in block.reads],
                         [_region(r, var, fresh) for r in block.writes], block.name_hint,
-                        body, None, list(block.alloc_buffers), list(block.match_buffers),
-                        block.annotations)
+                        body, None, [], [], block.annotations)
     return tirx.For(fresh, loop.min, loop.extent, tirx.ForKind.SERIAL,
                     s_tir.SBlockRealize([], _substitute(realize.predicate, var, fresh), copy),
                     loop.thread_binding, loop.annotations)
 
 
 def _version(loop: tirx.For):
+    """``loop`` versioned (the module docstring), or itself where _guard_split declines."""
     split = _guard_split(loop)
     if split is None:
         return loop
