@@ -36,6 +36,8 @@ import numpy as np
 from tvm import te, tirx
 
 PAD_BLOCK = "aotc_dot_pad"
+# The rows of a one-block padded activation read in the kernel (clamped_row_block)
+CLAMPED_ROWS_BLOCK = "aotc_dot_clamped_rows"
 CROP_BLOCK = "aotc_dot_crop"
 
 
@@ -321,6 +323,24 @@ def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int,
     if out_lead is not None:
         return _widened(_crop_flat_rows(acc, [int(d) for d in out_lead], out_features), fmt)
     return _widened(_crop(acc, out_features), fmt)
+
+
+def matmul_clamped_rows(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int,
+                        block: int) -> te.Tensor:
+    """``matmul`` of ``x`` [..., M, K] with its M rows read as one block of ``block`` rows,
+    rows past M reading row M - 1 (clamped_row_block): the result [..., M, N], the extra rows
+    cropped. Each output row depends on its own input row only, so the extra rows' values
+    never reach the result; read in the kernel, they need no padded copy of ``x``."""
+    return matmul(clamped_row_block(x, block), w, out_features, pad_value,
+                  rows=int(x.shape[-2]))
+
+
+def clamped_row_block(x: te.Tensor, block: int) -> te.Tensor:
+    """[..., M, K] -> [..., 1, block, K] (block >= M): row i reads row min(i, M - 1)."""
+    rows = int(x.shape[-2])
+    shape = list(x.shape[:-2]) + [1, block, x.shape[-1]]
+    return te.compute(shape, lambda *i: x(*i[:-3], tirx.min(i[-2], rows - 1), i[-1]),
+                      name=CLAMPED_ROWS_BLOCK)
 
 
 def _crop_flat_rows(acc: te.Tensor, lead: list[int], channels: int) -> te.Tensor:

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import tvm
 from kernel_helpers import (
+    against_unmapped_pages,
     build_scheduled,
     check_guard,
     crop_loops,
+    exit_code_in_child,
     guarded_output,
     loops_spilling_vectors,
     skip_unless_runs_here,
@@ -349,6 +351,48 @@ def test_an_odd_block_count_gets_multi_block_tiles(tmp_path):
                                 target, False)
     loops = sch.get_loops(sch.get_sblock("aotc_fp32x8_contract_update"))
     assert int(sch.get(loops[-2]).extent) > 1  # blocks a step (3 of 18 here)
+
+
+def _clamped_rows_func(rows: int, k_steps: int, n: int, block: int):
+    w = np.random.default_rng(1).standard_normal((k_steps, n)).astype(np.float32)
+    packed = k.pack_matmul_weight(w, k.fp32_format(16))
+    xt = te.placeholder((rows, k_steps), "float32", "x")
+    wt = te.placeholder(packed.shape, "float32", "w")
+    out = k.matmul_clamped_rows(xt, wt, n, 0, block)
+    return te.create_prim_func([xt, wt, out]), w, packed
+
+
+def _clamped_rows_against_unmapped_pages(rows: int, k_steps: int, n: int, block: int):
+    """Child process: the kernel on an activation whose last byte is followed by an unmapped
+    page (a read of a row past the last kills the process)."""
+    func, w, packed = _clamped_rows_func(rows, k_steps, n, block)
+    x, mapping = against_unmapped_pages((rows, k_steps), at_end=True)
+    x[...] = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32)
+    lib = _build(func, 16)
+    got, whole = guarded_output((rows, n))
+    lib["main"](tvm.runtime.from_dlpack(x), tvm.runtime.tensor(packed), got)
+    np.testing.assert_allclose(got.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+    check_guard(whole, (rows, n))
+    del mapping
+
+
+def test_padded_rows_are_read_in_place_clamped_to_the_last():
+    """ViT's 197 tokens run as one block of 200 rows: the kernel reads row min(i, 196) of the
+    activation itself (its clamped-rows block inlined into the contraction), so no padded
+    copy is made; the 3 extra rows' results are cropped. It reads nothing past the
+    activation (which ends at an unmapped page here), writes nothing past its output, and
+    matches numpy."""
+    func, _, _ = _clamped_rows_func(197, 64, 48, 200)
+    target = tvm.target.Target(TARGETS[16])
+    with target:
+        sch = PackedDot().apply(func, target, False)
+    blocks = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    assert k.CLAMPED_ROWS_BLOCK not in blocks, blocks  # inlined: no copy of the rows
+    assert "T.min(" in sch.mod["main"].script()
+    skip_unless_runs_here(TARGETS[16])
+    exit_code = exit_code_in_child(_clamped_rows_against_unmapped_pages, 197, 64, 48, 200)
+    assert exit_code == 0, f"the kernel read outside its input or got a wrong answer " \
+        f"(child exit code {exit_code})"
 
 
 def test_a_prime_block_count_takes_three_block_avx512_tiles(tmp_path):

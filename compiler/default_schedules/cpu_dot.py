@@ -35,7 +35,7 @@ from aotc.targets import (
     x86,
 )
 
-from ..dot_kernels import CROP_BLOCK, FORMATS, DotFormat
+from ..dot_kernels import CLAMPED_ROWS_BLOCK, CROP_BLOCK, FORMATS, DotFormat
 from . import amx_intrinsics
 from .cpu_blocks import (
     CpuRule,
@@ -318,6 +318,12 @@ class PackedDot(CpuRule):
             accumulators, guarded = GUARDED_TILE_ACCUMULATORS, True
         if accumulators is None and _reduction_length(sch, main) <= SHORT_REDUCTION:
             accumulators = STACK_TILE_ACCUMULATORS
+        for producer in infos[:infos.index(main)]:
+            if _name(producer) == CLAMPED_ROWS_BLOCK:  # read in place: no copy of the rows
+                sch.compute_inline(producer.block_rv)
+                infos = normalize_prim_func(sch)
+                main, fmt = _packed_block(infos)
+                break
         index = infos.index(main)
         lanes = vector_lanes(target, 32)
         operand_bits = {"uint8": 8, "uint16": 16, "float16": 16}.get(fmt.operand, 32)

@@ -5,7 +5,8 @@ with 13 rows.
 After the pass (AVX-512: 16 lanes): the 32-channel conv and the two matmuls are packed
 kernels (call_tir conv2d_packed / matmul_packed / matmul_packed1) with weights
 [2, 3, 3, 3, 16, 1], [2, 96, 16, 1] and [1, 32, 16, 1]; the 13-row matmul (no row tile
-between 4 and 8) reads its rows padded to one block of 16 (pad_rows) and crops them in its
+between 4 and 8) reads its rows in place as one block of 16, rows past 13 reading row 12 (the
+kernel's aotc_dot_clamped_rows block; no pad_rows kernel), and crops them in its
 kernel; the depthwise conv (no packed kernel) and the 24-channel conv (not whole blocks of 16)
 are still Relax ops; bias and ReLU stay after the kernels. With 8 lanes (AVX2) the 24-channel conv
 is packed too; with none (a GPU
@@ -22,6 +23,7 @@ import tvm
 from relax_helpers import assert_lanes_keep_numbers, main_ops
 from tvm import relax
 
+from aotc.compiler import dot_kernels
 from aotc.compiler.passes.layout import PrepackWeights
 
 RNG = np.random.default_rng(0)
@@ -68,21 +70,24 @@ def test_structure():
     assert ops.count("relax.nn.conv2d") == 2   # depthwise and the 24-channel one
     assert ops.count("relax.matmul") == 0
     kernels = _kernels(after)
-    assert sorted(kernels) == ["conv2d_packed", "matmul_packed", "matmul_packed1", "pad_rows"]
+    assert sorted(kernels) == ["conv2d_packed", "matmul_packed", "matmul_packed1"]
     calls = {call.args[0].name_hint: call for call in _call_tirs(after)}
     shapes = {name: [int(d) for d in call.args[1].fields[1].value.shape]
               for name, call in calls.items() if "packed" in name}
     assert shapes == {"conv2d_packed": [2, 3, 3, 3, 16, 1], "matmul_packed": [2, 96, 16, 1],
                       "matmul_packed1": [1, 32, 16, 1]}
-    padded = calls["matmul_packed1"].args[1].fields[0].ty.shape
-    assert [int(d) for d in padded] == [1, 16, 32]  # 13 rows in one block of 16
+    rows = calls["matmul_packed1"].args[1].fields[0].ty.shape
+    assert [int(d) for d in rows] == [13, 32]  # read in place
+    sch = tvm.s_tir.Schedule(kernels["matmul_packed1"])
+    block = sch.get(sch.get_sblock(dot_kernels.CLAMPED_ROWS_BLOCK))
+    assert [int(d) for d in block.writes[0].source.shape] == [1, 16, 32]  # one block of 16
     assert [int(d) for d in calls["matmul_packed1"].ty.shape] == [13, 16]
     assert ops.count("relax.add") == 2 and ops.count("relax.nn.relu") == 1
 
 
 def test_lanes_follow_the_target():
     assert sorted(_kernels(PrepackWeights(8)(_module()))) == \
-        ["conv2d_packed", "conv2d_packed1", "matmul_packed", "matmul_packed1", "pad_rows"]
+        ["conv2d_packed", "conv2d_packed1", "matmul_packed", "matmul_packed1"]
     before = _module()
     tvm.ir.assert_structural_equal(PrepackWeights(None)(before), before)
 
@@ -240,7 +245,6 @@ def test_a_conv_width_no_tile_divides_is_computed_padded_and_cropped(
     After: the packed kernel computes ``padded`` columns, reading zeros past the input's
     edge, and its crop block keeps ``columns``; the kernel is dot_kernels.conv2d_nhwc with
     padded_width, and the numbers equal the original's at 16, 8 and 4 lanes."""
-    from aotc.compiler import dot_kernels
     from aotc.compiler.passes.layout.prepack_weights import padded_width
     assert padded_width(columns) == padded
     before = _strided_conv_module(height, width, stride, pad)
@@ -285,7 +289,6 @@ def test_a_grouped_conv_whose_groups_fill_blocks_is_packed():
     reading its group's inputs (dot_kernels.conv2d_nhwc(groups=)); the numbers equal the
     original's at 16, 8 and 4 lanes. Groups of 4 channels (not whole blocks of 8) and a
     depthwise conv stay Relax ops."""
-    from aotc.compiler import dot_kernels
     before = _grouped_conv_module(4, 16, 64)
     after = PrepackWeights(8)(before)
     assert "relax.nn.conv2d" in main_ops(before) and "relax.nn.conv2d" not in main_ops(after)
@@ -313,7 +316,7 @@ def test_a_grouped_conv_whose_groups_fill_blocks_is_packed():
 def test_avx2_pads_matmul_rows_that_only_seven_divides(rows, padded):
     """Where a broadcast takes a register (AVX2) a tile of two blocks has at most 6 rows, so
     49 rows (a second of wav2vec2 audio) ran 7x1 tiles, each broadcast feeding one multiply-
-    add: their rows are padded to a multiple of 8 (pad_rows, then 4x2 tiles). 48 and 35 rows keep
+    add: their rows are read as a multiple of 8 (clamped rows, then 4x2 tiles). 48 and 35 rows keep
     their tiles (4..6 divides them); without broadcast_register (AVX-512) nothing changes.
     The numbers equal the original's."""
     bb = relax.BlockBuilder()
@@ -325,7 +328,9 @@ def test_avx2_pads_matmul_rows_that_only_seven_divides(rows, padded):
     before = bb.get()
     avx2 = PrepackWeights(8, broadcast_register=True)(before)
     names = [call.args[0].name_hint for call in _call_tirs(avx2)]
-    assert names == (["pad_rows", "matmul_packed"] if padded else ["matmul_packed"]), names
+    assert names == ["matmul_packed"], names
+    kernel = avx2[_call_tirs(avx2)[0].args[0]]
+    assert (dot_kernels.CLAMPED_ROWS_BLOCK in kernel.script()) == padded
     names = [call.args[0].name_hint for call in _call_tirs(PrepackWeights(16)(before))]
     assert names == ["matmul_packed"], names
     x = RNG.standard_normal((rows, 64)).astype(np.float32)
@@ -338,7 +343,6 @@ def test_windowed_rows_are_flattened_instead_of_padded():
     3,136 rows take 4x2 tiles with no padding: the kernel reads x as [3136, C] and its crop
     block writes [64, 49, N]. AVX-512 (7-row tiles of three blocks) keeps the windows. The
     numbers equal the original's."""
-    from aotc.compiler import dot_kernels
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((64, 49, 32), "float32"))
     with bb.function("main", [x]):
@@ -379,7 +383,9 @@ def test_rows_flatten_only_into_tiles_as_deep_as_padding_gives(lead, flattened_a
     for after, flattened in ((PrepackWeights(8, broadcast_register=True)(before), flattened_avx2),
                              (PrepackWeights(16)(before), flattened_avx512)):
         names = [call.args[0].name_hint for call in _call_tirs(after)]
-        assert names == (["matmul_packed"] if flattened else ["pad_rows", "matmul_packed"]), names
+        assert names == ["matmul_packed"], names
+        kernel = after[_call_tirs(after)[0].args[0]]
+        assert (dot_kernels.CLAMPED_ROWS_BLOCK in kernel.script()) == (not flattened)
 
 
 @pytest.mark.parametrize("rows, lanes, broadcast_register, blocks", [

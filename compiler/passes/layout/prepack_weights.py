@@ -18,8 +18,10 @@ and 40-channel convs; a few channels short of a block, as a 50,257-word vocabula
 padded), depthwise convolutions, grouped ones whose groups are not whole blocks of output
 channels, and matmuls of two activations (a grouped conv of whole blocks packs as an
 ungrouped one of its group's inputs, each block reading its group). A matmul whose row
-count has no divisor between 4 and 8 (ViT's 197 tokens) has its rows padded to blocks, as a
-symbolic row count has (below); a conv whose output width has none (wav2vec2's strided convs
+count has no divisor between 4 and 8 (ViT's 197 tokens) runs as one block of padded rows,
+read from the activation itself with rows past the last clamped to it (their results are
+cropped; a padded copy of the activation was a kernel of its own before each such matmul,
+1.4% of ViT-B/16's time); a symbolic row count has its rows padded to blocks (below); a conv whose output width has none (wav2vec2's strided convs
 over 799 and 199 steps) computes a padded width (padded_width: 800, 200), reading zeros past
 the input's edge, and crops it in its kernel. Left to Contraction such convs could not take
 its padded tile either (TVM's pad_einsum refuses a strided read) and fell to the generic
@@ -268,7 +270,7 @@ class PrepackWeights:
             rows = tile_rows(site)
             if rows is None or pads_rows(site, self.lanes, self.matmul_rows):
                 return row_blocks_packed(bb, site, x, fmt, tile_merit=self.tile_merit(
-                    site, row_block(rows), symbolic_rows=rows is None))
+                    site, row_block(rows), symbolic_rows=rows is None), clamped=True)
             if site_kind(site) == "matmul":
                 return bb.emit_te(*site_packed_call(site, x, fmt,
                                                     tile_merit=self.tile_merit(site, rows)),
@@ -338,7 +340,8 @@ def flat_rows_packed(bb, site: Site, x: relax.Expr, fmt,
 
 def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt, name: str = "matmul_packed",
                       block: int | None = None,
-                      tile_merit: Callable[[int], float] | None = None) -> relax.Expr:
+                      tile_merit: Callable[[int], float] | None = None,
+                      clamped: bool = False) -> relax.Expr:
     """The packed matmul of a site whose rows are symbolic or have no tile-sized divisor:
     rows padded to whole blocks of ``block`` rows (an axis of blocks and a static one of
     rows: the tile's rows), the packed kernel, the blocks joined back and the padded rows
@@ -346,12 +349,19 @@ def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt, name: str = "matmul_pa
     padded to one block, of ``block`` rows (bf16.py: padded for AMX tiles) or else of the
     rows rounded up to SYMBOLIC_ROWS (197 -> 200): the kernel's crop then reads row i of its
     one block as row i, an index the schedule can bound to a tile's rows and crop right after
-    each tile (cpu_dot._crop_per_tile)."""
+    each tile (cpu_dot._crop_per_tile). With ``clamped`` (float32: PrepackWeights) static
+    rows are not copied: the kernel reads its block from ``x`` itself, rows past the last
+    reading the last (dot_kernels.matmul_clamped_rows). The AMX kernels' tile loads need the
+    padded copy."""
     shape = list(site.call.args[0].ty.shape.values)
     axis = len(shape) - 2
     rows = tile_rows(site)
     if block is None:
         block = row_block(rows)
+    if rows is not None and clamped:
+        _, xc, weight, columns, pad_value = site_packed_call(site, x, fmt, tile_merit=tile_merit)
+        return bb.emit_te(dot_kernels.matmul_clamped_rows, xc, weight, columns, pad_value,
+                          block, primfunc_name_hint=name)
     blocks = bb.emit_te(symbolic_padding.pad_axis_to_blocks, x, axis, block,
                         primfunc_name_hint="pad_rows")
     if rows is not None:  # static: cropped in the kernel, where the epilogue fuses
