@@ -20,9 +20,9 @@ channels, and matmuls of two activations (a grouped conv of whole blocks packs a
 ungrouped one of its group's inputs, each block reading its group). A matmul whose row
 count has no divisor between 4 and 8 (ViT's 197 tokens) runs as one block of padded rows,
 read from the activation itself with rows past the last clamped to it (their results are
-cropped; a padded copy of the activation was a kernel of its own before each such matmul,
-1.4% of ViT-B/16's time); a symbolic row count has its rows padded to blocks (below); a conv whose output width has none (wav2vec2's strided convs
-over 799 and 199 steps) computes a padded width (padded_width: 800, 200), reading zeros past
+cropped; a padded copy of the activation would be a kernel of its own before each such
+matmul); a symbolic row count has its rows padded to blocks (below); a conv whose output
+width has none (wav2vec2's strided convs over 799 and 199 steps) computes a padded width (padded_width: 800, 200), reading zeros past
 the input's edge, and crops it in its kernel. Left to Contraction such convs could not take
 its padded tile either (TVM's pad_einsum refuses a strided read) and fell to the generic
 schedule, two orders of magnitude slower. CPU targets only (GPU rules do not read the
