@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.sym.analyzer import Analyzer
@@ -51,6 +52,17 @@ def _extent(sch: s_tir.Schedule, loop) -> int | None:
 def _int(expr) -> int | None:
     """A static integer's value; None for a symbolic expression."""
     return int(expr.value) if isinstance(expr, tirx.IntImm) else None
+
+
+def uses_var(expr, var) -> bool:
+    """Whether ``expr`` reads the variable ``var``."""
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr, []))
+
+
+def substitute(node, var, value):
+    """``node`` (a TIR expression or statement) with the variable ``var`` replaced by
+    ``value``."""
+    return tvm_ffi.structural_map(node, (tirx.Var, lambda v: value if v.same_as(var) else v))
 
 
 def divisible(sch: s_tir.Schedule, loop, factor: int) -> bool:

@@ -30,7 +30,9 @@ from .cpu_blocks import (
     divisible,
     has_reduction,
     small_enough_to_inline,
+    substitute,
     touches_bool,
+    uses_var,
     vector_lanes,
     worth_parallel,
 )
@@ -186,11 +188,10 @@ def _padded_block(block, length: int, lanes: int, buffers: dict):
         tirx.FloorMod(k, tirx.const(lanes, dtype))
 
     def shifted(load):
-        if not any(_uses(index, k) for index in load.indices):
+        if not any(uses_var(index, k) for index in load.indices):
             return load
-        return tirx.BufferLoad(load.source, [tvm_ffi.structural_map(
-            index, (tirx.Var, lambda var: step if var.same_as(k) else var))
-            for index in load.indices])
+        return tirx.BufferLoad(load.source, [substitute(index, k, step)
+                                             for index in load.indices])
     term, own, first = _combined_term(block.body, block.init)
     term = tvm_ffi.structural_map(term, (tvm.ir.TensorLoad, shifted))
     # The loads are bound outside the select: inside it, TVM's simplifier takes the select's
@@ -199,7 +200,7 @@ def _padded_block(block, length: int, lanes: int, buffers: dict):
     loads: list = []
 
     def named(load):
-        if not any(_uses(index, k) for index in load.indices):
+        if not any(uses_var(index, k) for index in load.indices):
             return load
         for var, known in loads:
             if tvm_ffi.structural_equal(known, load):
@@ -221,10 +222,6 @@ def _padded_block(block, length: int, lanes: int, buffers: dict):
     reads, writes = get_sblock_read_write_region(draft, buffers)
     return s_tir.SBlock(iter_vars, reads, writes, block.name_hint, body, block.init,
                         block.alloc_buffers, block.match_buffers, block.annotations)
-
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr, []))
 
 
 

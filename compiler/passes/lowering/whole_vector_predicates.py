@@ -22,21 +22,14 @@ kernel that has such a loop is first put in the form TVM's lowering gives it fir
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 
+from ...default_schedules.cpu_blocks import substitute, uses_var
 from ...relax_walk import with_functions
 
 _OPAQUE = tvm.transform.Sequential([s_tir.transform.LowerInitBlock(),
                                     s_tir.transform.ConvertBlocksToOpaque()])
-
-
-def _substitute(expr, var, value):
-    """``expr`` with ``var`` replaced by ``value``."""
-    return tirx.IndexMap([var], [expr], None).map_indices([value])[0]
-
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr, []))
 
 
 def _conjuncts(expr) -> list:
@@ -65,52 +58,37 @@ def _rises_with(cond, var) -> bool:
     return len(linear) == 2 and isinstance(linear[0], tirx.IntImm) and int(linear[0]) >= 0
 
 
+def _guarded(loop) -> bool:
+    """Whether ``loop`` is vectorized and its body a block with a guard."""
+    return isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.VECTORIZED and \
+        isinstance(loop.body, s_tir.SBlockRealize) and \
+        not (isinstance(loop.body.predicate, tirx.IntImm) and int(loop.body.predicate))
+
+
 def _guard_split(loop: tirx.For):
     """(the guard of the last lane, the guard's lane-free part) of a vectorized loop whose
     block's predicate depends on the lane in a way _rises_with accepts; None otherwise."""
     realize = loop.body
     # one store, nothing the block defines (a buffer defined in both copies would be defined
     # twice)
-    if not isinstance(realize, s_tir.SBlockRealize) or realize.block.iter_vars or \
+    if not _guarded(loop) or realize.block.iter_vars or \
             not isinstance(realize.block.body, tirx.BufferStore) or realize.block.init or \
             realize.block.alloc_buffers or realize.block.match_buffers:
         return None
     var = loop.loop_var
     lane, free = [], []
     for term in _conjuncts(realize.predicate):
-        (lane if _uses(term, var) else free).append(term)
+        (lane if uses_var(term, var) else free).append(term)
     if not lane or not all(_rises_with(term, var) for term in lane):
         return None
     last = loop.min + loop.extent - 1
-    return _all([_substitute(term, var, last) for term in lane]), _all(free)
-
-
-def _region(region, var, value):
-    return tvm.ir.TensorRegion(region.source, [
-        tvm.ir.Range.from_min_extent(_substitute(r.min, var, value),
-                                     _substitute(r.extent, var, value))
-        for r in region.region], region.ty)
-
-
-def _serial_copy(loop: tirx.For) -> tirx.For:
-    """``loop`` as a serial loop of a fresh variable (its block copied with it)."""
-    var = loop.loop_var
-    fresh = tirx.Var(var.name + "_lane", var.ty)
-    realize = loop.body
-    block = realize.block
-    store = block.body
-    body = tirx.BufferStore(store.buffer, _substitute(store.value, var, fresh),
-                            [_substitute(i, var, fresh) for i in store.indices])
-    copy = s_tir.SBlock([], [_region(r, var, fresh) for r in block.reads],
-                        [_region(r, var, fresh) for r in block.writes], block.name_hint,
-                        body, None, [], [], block.annotations)
-    return tirx.For(fresh, loop.min, loop.extent, tirx.ForKind.SERIAL,
-                    s_tir.SBlockRealize([], _substitute(realize.predicate, var, fresh), copy),
-                    loop.thread_binding, loop.annotations)
+    last_lane = tvm.sym.Analyzer().simplify(_all([substitute(t, var, last) for t in lane]))
+    return last_lane, _all(free)
 
 
 def _version(loop: tirx.For):
-    """``loop`` versioned (the module docstring), or itself where _guard_split declines."""
+    """``loop`` versioned (the module docstring), or itself where _guard_split declines. The
+    serial copy's loop and block get a fresh variable: one defined by two loops is not SSA."""
     split = _guard_split(loop)
     if split is None:
         return loop
@@ -119,56 +97,21 @@ def _version(loop: tirx.For):
     vector = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind,
                       s_tir.SBlockRealize([], free, realize.block), loop.thread_binding,
                       loop.annotations)
-    return tirx.IfThenElse(last_lane, vector, _serial_copy(loop))
-
-
-def _rewrite(stmt):
-    """``stmt`` with each guarded vectorized loop under it versioned (_version)."""
-    if isinstance(stmt, tirx.SeqStmt):
-        seq = [_rewrite(s) for s in stmt.seq]
-        return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else tirx.SeqStmt(seq)
-    if isinstance(stmt, tirx.For):
-        body = _rewrite(stmt.body)
-        if not body.same_as(stmt.body):
-            stmt = tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                            stmt.thread_binding, stmt.annotations)
-        return _version(stmt) if stmt.kind == tirx.ForKind.VECTORIZED else stmt
-    if isinstance(stmt, tirx.IfThenElse):
-        then = _rewrite(stmt.then_case)
-        other = _rewrite(stmt.else_case) if stmt.else_case is not None else None
-        if then.same_as(stmt.then_case) and (other is None or other.same_as(stmt.else_case)):
-            return stmt
-        return tirx.IfThenElse(stmt.condition, then, other)
-    if isinstance(stmt, s_tir.SBlockRealize):
-        block = stmt.block
-        body = _rewrite(block.body)
-        if body.same_as(block.body):
-            return stmt
-        block = s_tir.SBlock(list(block.iter_vars), list(block.reads), list(block.writes),
-                             block.name_hint, body, block.init, list(block.alloc_buffers),
-                             list(block.match_buffers), block.annotations)
-        return s_tir.SBlockRealize(list(stmt.iter_values), stmt.predicate, block)
-    return stmt
-
-
-def _has_guarded_vector_loop(stmt) -> bool:
-    """Whether a vectorized loop under ``stmt`` has a guarded block as its body."""
-    if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.VECTORIZED and \
-            isinstance(stmt.body, s_tir.SBlockRealize) and \
-            not (isinstance(stmt.body.predicate, tirx.IntImm) and int(stmt.body.predicate)):
-        return True
-    children = list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else \
-        [getattr(stmt, name, None) for name in ("body", "then_case", "else_case", "block")]
-    return any(_has_guarded_vector_loop(child) for child in children
-               if isinstance(child, (tirx.Stmt, s_tir.SBlock)))
+    fresh = tirx.Var(loop.loop_var.name + "_lane", loop.loop_var.ty)
+    serial = tirx.For(fresh, loop.min, loop.extent, tirx.ForKind.SERIAL,
+                      substitute(realize, loop.loop_var, fresh), loop.thread_binding,
+                      loop.annotations)
+    return tirx.IfThenElse(last_lane, vector, serial)
 
 
 def whole_vector_predicates(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` (a scheduled PrimFunc) with its lane-guarded vectorized loops versioned."""
-    if not _has_guarded_vector_loop(func.body):
+    found: list = []
+    tvm_ffi.structural_walk(func.body, (tirx.For, lambda loop: found.append(_guarded(loop))))
+    if not any(found):
         return func
     opaque = _OPAQUE(tvm.IRModule({"main": func}))["main"]
-    body = _rewrite(opaque.body)
+    body = tvm_ffi.structural_map(opaque.body, (tirx.For, _version))
     return func if body.same_as(opaque.body) else opaque.with_body(body)
 
 
