@@ -271,13 +271,11 @@ class PrepackWeights:
             if rows is None or pads_rows(site, self.lanes, self.matmul_rows):
                 return row_blocks_packed(bb, site, x, fmt, tile_merit=self.tile_merit(
                     site, row_block(rows), symbolic_rows=rows is None), clamped=True)
-            if site_kind(site) == "matmul":
-                return bb.emit_te(*site_packed_call(site, x, fmt,
-                                                    tile_merit=self.tile_merit(site, rows)),
-                                  primfunc_name_hint="matmul_packed")
+            merit = self.tile_merit(site, rows) if site_kind(site) == "matmul" else None
             width = conv_padded_width(site, self.lanes)
             source = nchw_source(bb, site, x)
-            call = site_packed_call(site, x, fmt, padded_width=width) if source is None else \
+            call = site_packed_call(site, x, fmt, padded_width=width, tile_merit=merit) \
+                if source is None else \
                 site_packed_call(site, source, fmt, input_layout="NCHW", padded_width=width)
             return bb.emit_te(*call, primfunc_name_hint=f"{site_kind(site)}_packed")
         return convert_sites(mod, lambda s: packs_well(s, self.lanes)
