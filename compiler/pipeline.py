@@ -81,9 +81,10 @@ def lower(options: CompileOptions) -> list[Step]:
 
 def schedule(spec: TargetSpec):
     def steps(_options: CompileOptions) -> list[Step]:
-        # CPU kernels: lane-guarded vector loops run whole vectors where they can
-        vectors = [Step(passes.WholeVectorPredicates(), 1)] \
-            if spec.schedule_rules == "cpu" else []
+        # CPU kernels: lane-guarded vector loops run whole vectors where they can; tile
+        # intrinsics that sum from zero write no zeros first
+        vectors = [Step(passes.WholeVectorPredicates(), 1),
+                   Step(passes.DropOverwrittenInits(), 1)] if spec.schedule_rules == "cpu" else []
         return [Step(default_schedule_pass(spec, _options.schedules), 1), *vectors,
                 # after the last FoldConstant, so that nothing folds the result back
                 Step(passes.MaterializeEmptyConstants(), REQUIRED,

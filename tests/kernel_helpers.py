@@ -4,17 +4,20 @@ code, and output buffers with guard elements behind them (out-of-bounds writes s
 import numpy as np
 import tvm
 
+from aotc.compiler.passes.lowering.overwritten_inits import DropOverwrittenInits
+
 GUARD = 4096  # elements past the output, checked untouched
 SENTINEL = 12345
 
 
 def build_scheduled(rule, func, target: tvm.target.Target, instruction: str | None = None):
-    """``func`` scheduled by ``rule`` (which must accept it) and built; with ``instruction``,
-    the assembly must contain it."""
+    """``func`` scheduled by ``rule`` (which must accept it) and built, after the schedule
+    phase's DropOverwrittenInits as the compiler runs it; with ``instruction``, the assembly
+    must contain it."""
     with target:
         sch = rule.apply(func, target, False)
     assert sch is not None
-    lib = tvm.compile(sch.mod, target=target)
+    lib = tvm.compile(DropOverwrittenInits()(sch.mod), target=target)
     if instruction:
         assert instruction in lib.mod.inspect_source("asm")
     return lib

@@ -43,6 +43,9 @@ from ..tvmscript import top_level
 TILE_ROWS = 16  # rows of one A or C tile, at most
 TILE_BYTES = 64  # bytes of one tile row
 LANES = 16  # 32-bit sums in a C tile row: the formats' block of output channels
+# The implementations' block annotation: sums from zero, every one of the tile stored, so the
+# init that tensorize keeps is dead (passes/lowering/overwritten_inits.py drops it).
+SUMS_FROM_ZERO = "aotc.sums_from_zero"
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,8 @@ def _description(func):
     the kernel's block does once the schedule caches its writes), inside a root block that
     reads the operands and writes the sums. With the init in the description, the kernel's
     reduction is tensorized whole: the implementation starts its tiles of sums from zero
-    (``tilezero``), with no block of zeros written first and read back."""
+    (``tilezero``). Tensorize keeps the init on the block it makes; SUMS_FROM_ZERO has it
+    dropped after the schedule, so that no block of zeros is written first."""
     buffers = list(func.params)  # buffers, as TVM 0.27 gives a PrimFunc's parameters
     whole = [tirx.BufferRegion(b, [tvm.ir.Range.from_min_extent(0, d) for d in b.shape])
              for b in buffers]
@@ -200,6 +204,7 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
         with T.sblock("root"):
             T.reads(A[0:m, 0:k], B[0:n_blocks, 0:k // group, 0:LANES, 0:group])
             T.writes(C[0:m, 0:n])
+            T.sblock_attr({SUMS_FROM_ZERO: True})
             configure()
             for kb, g in T.grid(k // k_block, groups):
                 for ti in T.unroll(a_tiles):
@@ -299,6 +304,7 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
             T.reads(A[0:span_h, 0:span_w, 0:channels],
                     B[0:n_blocks, 0:kh, 0:kw, 0:channels // group, 0:LANES, 0:group])
             T.writes(C[0:m, 0:n])
+            T.sblock_attr({SUMS_FROM_ZERO: True})
             configure()
             for g in range(groups):
                 for t in T.unroll(a_tiles * b_tiles):

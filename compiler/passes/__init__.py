@@ -33,13 +33,20 @@ from .importer_fixes import (
     WholeInputPooling,
 )
 from .layout import ConvertLayoutNHWC
-from .lowering import GuardIndices, HalfInFloat32, MaterializeEmptyConstants, WholeVectorPredicates
+from .lowering import (
+    DropOverwrittenInits,
+    GuardIndices,
+    HalfInFloat32,
+    MaterializeEmptyConstants,
+    WholeVectorPredicates,
+)
 
 # the groups pipeline.py calls steps() of, then the passes tests and callers import by name
 __all__ = ["cleanup", "fusion",
            "CollapseLayoutChains", "ElementwiseUnderReshape", "Conv1dAsConv2d",
            "ConvertLayoutNHWC", "FoldPadIntoConv", "SplitIntoSlices",
-           "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy", "FoldRemainingConstants",
+           "DropOverwrittenInits", "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy",
+           "FoldRemainingConstants",
            "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
            "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveIdentityCast",
            "RemoveInferenceDropout",

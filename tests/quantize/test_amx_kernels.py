@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from kernel_helpers import (
     bf16_attention_kernel,
     build_scheduled,
@@ -19,11 +20,12 @@ from kernel_helpers import (
     crop_loops,
     guarded_output,
 )
-from tvm import te
+from tvm import s_tir, te
 
 from aotc.compiler import dot_kernels as k
 from aotc.compiler.default_schedules import amx_intrinsics
 from aotc.compiler.default_schedules.cpu_dot import PackedDot
+from aotc.compiler.passes.lowering.overwritten_inits import drop_overwritten_inits
 from aotc.targets import amx_bf16, x86
 
 AMX_TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
@@ -161,6 +163,42 @@ def test_amx_conv_matches_numpy(shape, kernel, oc, stride, pad, dilation):
     _skip_unless_amx("bf16")
     want = np.maximum(conv_reference(_rounded(x), _rounded(w), stride, pad, dilation), 0)
     _check_run(lib, [x, packed], want)
+
+
+def _inits(func) -> dict[str, bool]:
+    """{block name: whether it has an init} for the blocks marked SUMS_FROM_ZERO."""
+    marked = {}
+
+    def visit(block):
+        if amx_intrinsics.SUMS_FROM_ZERO in block.annotations:
+            marked[block.name_hint] = block.init is not None
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, visit))
+    return marked
+
+
+def test_tile_blocks_are_marked_and_lose_their_init():
+    """The tensorized tile of a matmul and of a conv keeps the init tensorize made it with
+    (zeros the tile's sums overwrite); marked SUMS_FROM_ZERO, DropOverwrittenInits drops it
+    (the matmul and conv tests above run the kernels without it)."""
+    matmul, _w, _packed = _matmul_func((), 32, 64, 64)
+    xt = te.placeholder((1, 6, 32, 32), "float32", "x")
+    wt = te.placeholder(k.pack_conv_weight(np.ones((3, 3, 32, 64), np.float32), k.BF16).shape,
+                        "uint16", "w")
+    conv = te.create_prim_func([xt, wt, k.conv2d_nhwc(k.to_bf16_bits(xt), wt, 64, (1, 1),
+                                                      (1, 1, 1, 1), (1, 1), 0)])
+    for func in (matmul, conv):
+        with AMX_TARGET:
+            scheduled = PackedDot().apply(func, AMX_TARGET, False).mod["main"]
+        assert list(_inits(scheduled).values()) == [True]
+        dropped = drop_overwritten_inits(scheduled)
+        assert _inits(dropped) == {}
+        assert not any(_with_init(dropped))
+
+
+def _with_init(func) -> list[bool]:
+    found = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, lambda b: found.append(b.init is not None)))
+    return found
 
 
 @pytest.mark.parametrize("m,kdim", [(6, 64), (16, 6), (5, 31)])

@@ -19,6 +19,7 @@ from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32
 from .materialize_empty_constants import MaterializeEmptyConstants
 from .ordered_shape_stores import OrderShapeFuncStores
+from .overwritten_inits import DropOverwrittenInits
 from .scalar_kernels_apart import ScalarKernelsApart
 from .self_contained_kernels import SelfContainedKernels
 from .sorted_scalar_params import SortScalarParams
@@ -54,7 +55,8 @@ def steps(options: CompileOptions) -> list[Step]:
                  "differently in each process, as LegalizeOps does")]
 
 
-__all__ = ["GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants", "OrderShapeFuncStores",
+__all__ = ["DropOverwrittenInits", "GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants",
+           "OrderShapeFuncStores",
            "ScalarKernelsApart",
            "SelfContainedKernels", "SortScalarParams", "WholeVectorPredicates",
            "VECTOR_MATH_LEVEL",
