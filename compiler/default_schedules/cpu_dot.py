@@ -619,6 +619,33 @@ def _activation_channels(sch, block, weight) -> int | None:
     return None
 
 
+# The weight panels of an AMX matmul's column blocks that one group holds, at most: the group
+# stays in L2 (half of a 2 MB L2) while each tile of activation rows passes over all of it.
+AMX_PANEL_GROUP_BYTES = 1 << 20
+
+
+def _amx_column_group(tile: _AmxTile, row_tiles: int | None, column_blocks: int | None
+                      ) -> int | None:
+    """Column blocks of an AMX matmul that each tile of rows takes in turn, the group's weight
+    panels in L2 (AMX_PANEL_GROUP_BYTES), before the next group starts; None where the rows'
+    activation fits that budget whole (column block by column block, it stays in L2). Over
+    all the rows for each column block, a long activation (Whisper's 1,500 frames by 2,048
+    channels, 6 MB of bf16) was read again from L3 for every block of columns. The group
+    divides the blocks: split unevenly, the tile's block would need a guard, and tensorize
+    takes none."""
+    if tile.conv is not None or row_tiles is None or column_blocks is None:
+        return None
+    value_bytes = amx_intrinsics.KINDS[tile.kind].value_bytes
+    rows_bytes = row_tiles * tile.a_tiles * tile.rows * tile.reduction * value_bytes
+    panel = tile.column_group * tile.b_tiles * amx_intrinsics.LANES * tile.reduction * \
+        value_bytes
+    if rows_bytes <= AMX_PANEL_GROUP_BYTES:
+        return None
+    group = max((g for g in range(1, column_blocks) if column_blocks % g == 0 and
+                 g * panel <= AMX_PANEL_GROUP_BYTES), default=None)
+    return group if group is not None and group >= 2 else None
+
+
 def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> None:
     """A packed bf16 or int8 matmul or conv on AMX tiles: parallel tiles of up to 2 x 16 rows
     and a group of 2 x 16-column tiles, each one tensor intrinsic (amx_intrinsics) over the
@@ -639,6 +666,11 @@ def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> N
     outer = spatial[:-2]
     pixels = kernel.pixels if kernel.pixels is not None else pixels_first(sch, block, kernel.fmt)
     order = [*outer, row_out, block_out] if pixels else [block_out, *outer, row_out]
+    group = None if pixels else _amx_column_group(tile, _extent(sch, row_out),
+                                                  _extent(sch, block_out))
+    if group is not None:
+        block_group, block_out = sch.split(block_out, factors=[None, group])
+        order = [block_group, *outer, row_out, block_out]
     sch.reorder(*order, row_in, columns, *reduce)
     fused = sch.fuse(*order)
     sch.parallel(fused)

@@ -23,7 +23,7 @@ from kernel_helpers import (
 from tvm import s_tir, te
 
 from aotc.compiler import dot_kernels as k
-from aotc.compiler.default_schedules import amx_intrinsics
+from aotc.compiler.default_schedules import amx_intrinsics, cpu_dot
 from aotc.compiler.default_schedules.cpu_dot import PackedDot
 from aotc.compiler.passes.lowering.overwritten_inits import drop_overwritten_inits
 from aotc.targets import amx_bf16, x86
@@ -83,6 +83,40 @@ def test_amx_matmul_matches_numpy(lead, m, kdim, n):
     x = RNG.standard_normal((*lead, m, kdim)).astype(np.float32)
     want = (_rounded(x).astype(np.float64) @ _rounded(w)) * 2 + 1
     _check_run(lib, [x, packed], want)
+
+
+@pytest.mark.parametrize("m,kdim,n", [(640, 2048, 512), (600, 1024, 1536)])
+def test_amx_matmul_in_column_groups_matches_numpy(m, kdim, n):
+    """An activation past AMX_PANEL_GROUP_BYTES and weights past pixels_first's budget: each
+    tile of rows takes a group of column blocks in turn (the parallel loop: groups, rows,
+    blocks of the group)."""
+    func, w, packed = _matmul_func((), m, kdim, n)
+    with AMX_TARGET:
+        sch = PackedDot().apply(func, AMX_TARGET, False)
+    # the tile's column block: its group (fused index // (row tiles x group)) and its place in
+    # the group (fused index % group)
+    column = next(line for line in str(sch.mod["main"]).splitlines()
+                  if "v1_o = T.axis.spatial(" in line)
+    assert column.count("//") == 1 and column.count("%") == 1, column
+    lib = build_scheduled(PackedDot(), func, AMX_TARGET, "tdpbf16ps")
+    _skip_unless_amx("bf16")
+    x = RNG.standard_normal((m, kdim)).astype(np.float32)
+    want = (_rounded(x).astype(np.float64) @ _rounded(w)) * 2 + 1
+    _check_run(lib, [x, packed], want)
+
+
+def test_column_groups_only_for_long_activations():
+    tile = cpu_dot._AmxTile("bf16", 16, 2, 2, 32, 2048)  # 32 rows x 32 columns, K 2,048
+    # 4 row tiles: 512 KB of activation, in L2 whole
+    assert cpu_dot._amx_column_group(tile, 4, 16) is None
+    # 47 row tiles (Whisper's 1,500 frames): panels of 128 KB, 8 of them a group
+    assert cpu_dot._amx_column_group(tile, 47, 16) == 8
+    # 6 blocks: the largest divisor within the budget
+    assert cpu_dot._amx_column_group(tile, 47, 6) == 3
+    # a single block, or a conv: no groups
+    assert cpu_dot._amx_column_group(tile, 47, 1) is None
+    conv = cpu_dot._AmxTile("bf16", 16, 2, 2, 32, 2048, conv=(3, 3, 1, 1, 1))
+    assert cpu_dot._amx_column_group(conv, 47, 16) is None
 
 
 def _row_padded_matmul_func(rows: int, blocks: int, per_block: int, kdim: int, n: int):
