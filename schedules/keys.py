@@ -3,7 +3,9 @@
 A workload key is the structural hash of the kernel's PrimFunc with the attributes that do not
 change what it computes removed (its name, aotc's FLOP count); the same kernel from another
 model, run or machine gets the same key. A target key is the ISA the code is generated for
-(kind, mcpu, mattr), never the build host's core count."""
+(kind, mcpu, mattr), never the build host's core count, nor LLVM tuning attributes that leave
+the instruction set as it is (``-prefer-256-bit``: targets/x86.py): a schedule tuned under one
+stays valid under the other."""
 
 from __future__ import annotations
 
@@ -28,9 +30,13 @@ def schedule_key(scheduled: tvm.tirx.PrimFunc) -> str:
     return workload_key(scheduled)
 
 
+# LLVM subtarget tunings, not instructions (the module docstring)
+_TUNING_ATTRS = ("-prefer-256-bit", "+prefer-256-bit")
+
+
 def target_key(target: tvm.target.Target) -> str:
     parts = [target.kind.name, str(target.attrs.get("mcpu", ""))]
-    mattr = target.attrs.get("mattr")
+    mattr = [str(a) for a in target.attrs.get("mattr") or [] if str(a) not in _TUNING_ATTRS]
     if mattr:
-        parts.append(",".join(sorted(str(a) for a in mattr)))
+        parts.append(",".join(sorted(mattr)))
     return ":".join(p for p in parts if p)

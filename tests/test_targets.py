@@ -67,3 +67,30 @@ def test_tuning_a_target_this_machine_cannot_time_is_refused_up_front(tiny_onnx,
     with pytest.raises(TargetError, match="GPU tuning is not built yet"):
         aotc.tune(tiny_onnx, target="cuda", trials=8, log=tmp_path / "t.jsonl")
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_avx512_presets_generate_512_bit_vectors_and_keep_their_tuning_keys():
+    """LLVM's tuning for the AVX-512 server CPUs splits vectors wider than 256 bits; the x86
+    presets turn that off, so a 32-lane loop is two zmm multiply-adds, not four ymm ones. The
+    attribute leaves the ISA, and so the tuning records' target key, as it was."""
+    import tvm
+    from tvm import te
+
+    from aotc.schedules.keys import target_key
+
+    for name, wide in (("x86-avx512", True), ("x86-fp16", True), ("x86-avx2", False)):
+        spec = resolve(name)
+        assert ("-prefer-256-bit" in spec.tvm_target.get("mattr", [])) == wide
+        target = tvm.target.Target(spec.tvm_target)
+        bare = tvm.target.Target({k: v for k, v in spec.tvm_target.items() if k != "mattr"})
+        assert target_key(target) == target_key(bare)
+    x = te.placeholder((64,), "float32", "x")
+    y = te.compute((64,), lambda i: x[i] * 2.0 + 1.0, name="y")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([x, y]))
+    _outer, inner = sch.split(sch.get_loops(sch.get_sblock("y"))[0], factors=[None, 32])
+    sch.vectorize(inner)
+    for name, register in (("x86-fp16", "zmm"), ("x86-avx2", "ymm")):
+        asm = tvm.compile(sch.mod, target=tvm.target.Target(resolve(name).tvm_target)
+                          ).mod.inspect_source("asm")
+        fmas = [line for line in asm.splitlines() if "vfmadd" in line]
+        assert fmas and all(f"%{register}" in line for line in fmas), fmas
