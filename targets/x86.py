@@ -179,7 +179,7 @@ def _spec(name: str, description: str, mcpu: str, cores: int, isa: str) -> Targe
     if mcpu in _AVX512_CPUS:
         # LLVM's tuning for these CPUs splits vectors wider than 256 bits (a frequency
         # concern of the first AVX-512 parts): the kernels' 512-bit epilogues and elementwise
-        # loops ran as pairs of 256-bit operations, at half the rate.
+        # loops ran as pairs of 256-bit operations beside 512-bit reductions.
         target["mattr"] = ["-prefer-256-bit"]
     bits, registers = preset_simd(simd, target)
     return TargetSpec(name, FAMILY, description, target, arch="x86_64", vector_bits=bits,
