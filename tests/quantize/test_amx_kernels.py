@@ -105,6 +105,28 @@ def test_amx_matmul_in_column_groups_matches_numpy(m, kdim, n):
     _check_run(lib, [x, packed], want)
 
 
+def test_amx_int8_matmul_in_column_groups_matches_integers():
+    """The int8 form of the grouping above: 608 rows of 2,048 bytes, 640 columns."""
+    m, kdim, n = 608, 2048, 640
+    x = RNG.integers(0, 256, (m, kdim)).astype(np.uint8)
+    w = RNG.integers(-127, 128, (kdim, n)).astype(np.int8)
+    xt = te.placeholder(x.shape, "uint8", "x")
+    packed = k.pack_matmul_weight(w)
+    wt = te.placeholder(packed.shape, "int8", "w")
+    acc = k.matmul(xt, wt, n, 3)
+    func = te.create_prim_func([xt, wt, acc])
+    with AMX_TARGET:
+        sch = PackedDot().apply(func, AMX_TARGET, False)
+    column = next(line for line in str(sch.mod["main"]).splitlines()
+                  if "v1_o = T.axis.spatial(" in line)
+    assert column.count("//") == 1 and column.count("%") == 1, column
+    lib = build_scheduled(PackedDot(), func, AMX_TARGET, "tdpbusd")
+    _skip_unless_amx("int8")
+    # exact in float64: each sum is below 2^53
+    want = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
+    _check_run(lib, [x, packed], want)
+
+
 def test_column_groups_only_for_long_activations():
     tile = cpu_dot._AmxTile("bf16", 16, 2, 2, 32, 2048)  # 32 rows x 32 columns, K 2,048
     # 4 row tiles: 512 KB of activation, in L2 whole
