@@ -84,6 +84,19 @@ def with_functions(mod: tvm.IRModule, replacements: dict) -> tvm.IRModule:
     return out
 
 
+def with_prim_funcs(mod: tvm.IRModule, rewrite: Callable, where: Callable = lambda _gv: True
+                    ) -> tvm.IRModule:
+    """``mod`` with each PrimFunc whose global var ``where`` accepts replaced by
+    ``rewrite(func)`` (with_functions: ``mod`` itself when none changes)."""
+    changed = {}
+    for gv, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc) and where(gv):
+            new = rewrite(func)
+            if not new.same_as(func):
+                changed[gv] = new
+    return with_functions(mod, changed)
+
+
 def is_scalar(value) -> bool:
     """Whether a Relax expression or a PrimFunc parameter has a PrimType (a scalar, such as a
     symbolic dim passed by value), not a tensor or buffer."""

@@ -641,9 +641,8 @@ def _amx_column_group(tile: _AmxTile, row_tiles: int | None, column_blocks: int 
         value_bytes
     if rows_bytes <= AMX_PANEL_GROUP_BYTES:
         return None
-    group = max((g for g in range(1, column_blocks) if column_blocks % g == 0 and
-                 g * panel <= AMX_PANEL_GROUP_BYTES), default=None)
-    return group if group is not None and group >= 2 else None
+    return max((g for g in range(2, column_blocks) if column_blocks % g == 0 and
+                g * panel <= AMX_PANEL_GROUP_BYTES), default=None)
 
 
 def _schedule_amx(sch, main, epilogues, kernel: _DotKernel, tile: _AmxTile) -> None:

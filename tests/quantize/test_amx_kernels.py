@@ -85,19 +85,23 @@ def test_amx_matmul_matches_numpy(lead, m, kdim, n):
     _check_run(lib, [x, packed], want)
 
 
+def _assert_column_groups(func) -> None:
+    """PackedDot schedules ``func`` with the tile's column block taken as its group (fused
+    index // (row tiles x group)) and its place in the group (fused index % group)."""
+    with AMX_TARGET:
+        sch = PackedDot().apply(func, AMX_TARGET, False)
+    column = next(line for line in str(sch.mod["main"]).splitlines()
+                  if "v1_o = T.axis.spatial(" in line)
+    assert column.count("//") == 1 and column.count("%") == 1, column
+
+
 @pytest.mark.parametrize("m,kdim,n", [(640, 2048, 512), (600, 1024, 1536)])
 def test_amx_matmul_in_column_groups_matches_numpy(m, kdim, n):
     """An activation past AMX_PANEL_GROUP_BYTES and weights past pixels_first's budget: each
     tile of rows takes a group of column blocks in turn (the parallel loop: groups, rows,
     blocks of the group)."""
     func, w, packed = _matmul_func((), m, kdim, n)
-    with AMX_TARGET:
-        sch = PackedDot().apply(func, AMX_TARGET, False)
-    # the tile's column block: its group (fused index // (row tiles x group)) and its place in
-    # the group (fused index % group)
-    column = next(line for line in str(sch.mod["main"]).splitlines()
-                  if "v1_o = T.axis.spatial(" in line)
-    assert column.count("//") == 1 and column.count("%") == 1, column
+    _assert_column_groups(func)
     lib = build_scheduled(PackedDot(), func, AMX_TARGET, "tdpbf16ps")
     _skip_unless_amx("bf16")
     x = RNG.standard_normal((m, kdim)).astype(np.float32)
@@ -115,11 +119,7 @@ def test_amx_int8_matmul_in_column_groups_matches_integers():
     wt = te.placeholder(packed.shape, "int8", "w")
     acc = k.matmul(xt, wt, n, 3)
     func = te.create_prim_func([xt, wt, acc])
-    with AMX_TARGET:
-        sch = PackedDot().apply(func, AMX_TARGET, False)
-    column = next(line for line in str(sch.mod["main"]).splitlines()
-                  if "v1_o = T.axis.spatial(" in line)
-    assert column.count("//") == 1 and column.count("%") == 1, column
+    _assert_column_groups(func)
     lib = build_scheduled(PackedDot(), func, AMX_TARGET, "tdpbusd")
     _skip_unless_amx("int8")
     # exact in float64: each sum is below 2^53

@@ -18,7 +18,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from ...relax_walk import with_functions
+from ...relax_walk import with_prim_funcs
 
 
 def _heap_index(node) -> int | None:
@@ -80,10 +80,4 @@ class OrderShapeFuncStores:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        changed = {}
-        for gvar, func in mod.functions_items():
-            if isinstance(func, tirx.PrimFunc) and gvar.name_hint.startswith("shape_func"):
-                new = ordered(func)
-                if not new.same_as(func):
-                    changed[gvar] = new
-        return with_functions(mod, changed)
+        return with_prim_funcs(mod, ordered, lambda gv: gv.name_hint.startswith("shape_func"))

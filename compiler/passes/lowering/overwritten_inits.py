@@ -23,7 +23,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 from ...default_schedules.amx_intrinsics import SUMS_FROM_ZERO
-from ...relax_walk import with_functions
+from ...relax_walk import with_prim_funcs
 
 
 def _without_init(block: s_tir.SBlock) -> s_tir.SBlock:
@@ -47,10 +47,4 @@ class DropOverwrittenInits:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        changed = {}
-        for gvar, func in mod.functions_items():
-            if isinstance(func, tirx.PrimFunc):
-                new = drop_overwritten_inits(func)
-                if not new.same_as(func):
-                    changed[gvar] = new
-        return with_functions(mod, changed)
+        return with_prim_funcs(mod, drop_overwritten_inits)

@@ -26,7 +26,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 from ...default_schedules.cpu_blocks import substitute, uses_var
-from ...relax_walk import with_functions
+from ...relax_walk import with_prim_funcs
 
 _OPAQUE = tvm.transform.Sequential([s_tir.transform.LowerInitBlock(),
                                     s_tir.transform.ConvertBlocksToOpaque()])
@@ -120,10 +120,4 @@ class WholeVectorPredicates:
     """See the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        changed = {}
-        for gvar, func in mod.functions_items():
-            if isinstance(func, tirx.PrimFunc):
-                new = whole_vector_predicates(func)
-                if not new.same_as(func):
-                    changed[gvar] = new
-        return with_functions(mod, changed)
+        return with_prim_funcs(mod, whole_vector_predicates)
