@@ -15,6 +15,11 @@ from tvm.sym import Analyzer
 
 _ANALYZER = Analyzer()
 
+# PrimFunc attribute of a kernel that is pad_axis_to_blocks with zeros and nothing else (the
+# packed matmuls' row padding, prepack_weights.row_blocks_packed): the axis it pads.
+# passes/lowering/padded_rows_in_producer.py has such a pad's producer write the padded rows.
+PAD_ROWS = "aotc.pad_rows"
+
 
 def round_up(extent, multiple: int):
     """``extent`` rounded up to a multiple (an int, or the form above for a PrimExpr)."""

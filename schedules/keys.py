@@ -13,7 +13,7 @@ import tvm
 import tvm_ffi
 
 _IGNORED_ATTRS = ("global_symbol", "aotc.flops", "tirx.is_scheduled", "op_pattern",
-                  "aotc.estimated_seconds")
+                  "aotc.estimated_seconds", "aotc.pad_rows")
 
 
 def workload_key(func: tvm.tirx.PrimFunc) -> str:

@@ -38,6 +38,7 @@ from .lowering import (
     GuardIndices,
     HalfInFloat32,
     MaterializeEmptyConstants,
+    PaddedRowsInProducer,
     WholeVectorPredicates,
 )
 
@@ -48,6 +49,7 @@ __all__ = ["cleanup", "fusion",
            "DropOverwrittenInits", "FuseAttention", "FoldChannelAffine", "FoldConstantsNumpy",
            "FoldRemainingConstants",
            "GuardIndices", "HalfInFloat32", "LegalizeDynamicSlices", "LiftMinMaxCallTIR",
-           "MaterializeEmptyConstants", "RemoveIdentityBroadcast", "RemoveIdentityCast",
+           "MaterializeEmptyConstants", "PaddedRowsInProducer", "RemoveIdentityBroadcast",
+           "RemoveIdentityCast",
            "RemoveInferenceDropout",
            "SumOfStackToAdd", "WholeInputPooling", "WholeVectorPredicates"]

@@ -350,7 +350,8 @@ def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt, name: str = "matmul_pa
     each tile (cpu_dot._crop_per_tile). With ``clamped`` (float32: PrepackWeights) static
     rows are not copied: the kernel reads its block from ``x`` itself, rows past the last
     reading the last (dot_kernels.matmul_clamped_rows). The AMX kernels' tile loads need the
-    padded copy."""
+    padded rows; the pad kernel is marked PAD_ROWS, so that the schedule phase has the
+    activation's producer write them (passes/lowering/padded_rows_in_producer.py)."""
     shape = list(site.call.args[0].ty.shape.values)
     axis = len(shape) - 2
     rows = tile_rows(site)
@@ -361,7 +362,8 @@ def row_blocks_packed(bb, site: Site, x: relax.Expr, fmt, name: str = "matmul_pa
         return bb.emit_te(dot_kernels.matmul_clamped_rows, xc, weight, columns, pad_value,
                           block, primfunc_name_hint=name)
     blocks = bb.emit_te(symbolic_padding.pad_axis_to_blocks, x, axis, block,
-                        primfunc_name_hint="pad_rows")
+                        primfunc_name_hint="pad_rows",
+                        primfunc_attrs={symbolic_padding.PAD_ROWS: axis})
     if rows is not None:  # static: cropped in the kernel, where the epilogue fuses
         return bb.emit_te(*site_packed_call(site, blocks, fmt, tile_merit=tile_merit), rows,
                           primfunc_name_hint=name)

@@ -20,6 +20,7 @@ from .half_in_float32 import HalfInFloat32
 from .materialize_empty_constants import MaterializeEmptyConstants
 from .ordered_shape_stores import OrderShapeFuncStores
 from .overwritten_inits import DropOverwrittenInits
+from .padded_rows_in_producer import PaddedRowsInProducer
 from .scalar_kernels_apart import ScalarKernelsApart
 from .self_contained_kernels import SelfContainedKernels
 from .sorted_scalar_params import SortScalarParams
@@ -56,7 +57,7 @@ def steps(options: CompileOptions) -> list[Step]:
 
 
 __all__ = ["DropOverwrittenInits", "GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants",
-           "OrderShapeFuncStores",
+           "OrderShapeFuncStores", "PaddedRowsInProducer",
            "ScalarKernelsApart",
            "SelfContainedKernels", "SortScalarParams", "WholeVectorPredicates",
            "VECTOR_MATH_LEVEL",
