@@ -4,6 +4,7 @@ code, and output buffers with guard elements behind them (out-of-bounds writes s
 import numpy as np
 import tvm
 
+from aotc.compiler.passes.lowering.hoisted_tile_configs import HoistTileConfigs
 from aotc.compiler.passes.lowering.overwritten_inits import DropOverwrittenInits
 
 GUARD = 4096  # elements past the output, checked untouched
@@ -12,12 +13,12 @@ SENTINEL = 12345
 
 def build_scheduled(rule, func, target: tvm.target.Target, instruction: str | None = None):
     """``func`` scheduled by ``rule`` (which must accept it) and built, after the schedule
-    phase's DropOverwrittenInits as the compiler runs it; with ``instruction``, the assembly
-    must contain it."""
+    phase's DropOverwrittenInits and HoistTileConfigs as the compiler runs them; with
+    ``instruction``, the assembly must contain it."""
     with target:
         sch = rule.apply(func, target, False)
     assert sch is not None
-    lib = tvm.compile(DropOverwrittenInits()(sch.mod), target=target)
+    lib = tvm.compile(HoistTileConfigs()(DropOverwrittenInits()(sch.mod)), target=target)
     if instruction:
         assert instruction in lib.mod.inspect_source("asm")
     return lib

@@ -13,7 +13,8 @@ are stored to the kernel's tile buffer, where the epilogue reads them.
 Registers: tmm0-3 hold up to 2 x 2 tiles of sums (rows x 16 columns each), tmm4-5 the A tiles
 of a reduction step (rows x up to 64 bytes), tmm6-7 the B tiles. Each call loads its tile
 configuration (``ldtilecfg``): it belongs to the thread, and the kernel's parallel tiles run on
-TVM's worker threads.
+TVM's worker threads. The load is marked (``TILE_CONFIG``), and the schedule phase moves it out
+of the loops that load only that configuration (passes/lowering/hoisted_tile_configs.py).
 
 The descriptions are built from te, as dot_kernels builds the kernels (the same product), the
 reduction's init included: each call starts its sums from zero (``tilezero``). The
@@ -46,6 +47,10 @@ LANES = 16  # 32-bit sums in a C tile row: the formats' block of output channels
 # The implementations' block annotation: sums from zero, every one of the tile stored, so the
 # init that tensorize keeps is dead (passes/lowering/overwritten_inits.py drops it).
 SUMS_FROM_ZERO = "aotc.sums_from_zero"
+# The attribute statement around the implementations' tile configuration (its buffer and the
+# ldtilecfg), its value the configuration's words: a kernel whose configurations are all the
+# same loads it once per parallel task (passes/lowering/hoisted_tile_configs.py).
+TILE_CONFIG = "aotc.amx_tile_config"
 
 
 @dataclass(frozen=True)
@@ -125,21 +130,24 @@ def _description(func):
 def _tile_macros(rows: int, a_tiles: int, b_tiles: int, words: list[int], instruction: str):
     """TVMScript macros every implementation shares: load the tile configuration ``words``
     (_tile_config), multiply the A tiles by the B tiles into the sums, store the sums of
-    column group ``g`` to C (row stride ``sc`` floats or int32s)."""
+    column group ``g`` to C (row stride ``sc`` floats or int32s). The configuration is marked
+    ``TILE_CONFIG`` with its words as the value (passes/lowering/hoisted_tile_configs.py)."""
+    config_key = ",".join(str(w) for w in words)
 
     @T.macro
     def configure():
-        cfg = T.alloc_buffer((16,), "uint32", scope="local")
-        for word in T.unroll(16):
-            cfg[word] = T.uint32(0)
-        cfg[0] = T.uint32(words[0])
-        cfg[4] = T.uint32(words[4])
-        cfg[5] = T.uint32(words[5])
-        cfg[6] = T.uint32(words[6])
-        cfg[7] = T.uint32(words[7])
-        cfg[12] = T.uint32(words[12])
-        cfg[13] = T.uint32(words[13])
-        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
+        with T.attr(0, TILE_CONFIG, config_key):
+            cfg = T.alloc_buffer((16,), "uint32", scope="local")
+            for word in T.unroll(16):
+                cfg[word] = T.uint32(0)
+            cfg[0] = T.uint32(words[0])
+            cfg[4] = T.uint32(words[4])
+            cfg[5] = T.uint32(words[5])
+            cfg[6] = T.uint32(words[6])
+            cfg[7] = T.uint32(words[7])
+            cfg[12] = T.uint32(words[12])
+            cfg[13] = T.uint32(words[13])
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(cfg[0])))
 
     @T.macro
     def multiply():

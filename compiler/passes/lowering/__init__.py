@@ -17,6 +17,7 @@ from ...default_schedules.widening_conv import LEGALIZE_MAP as WIDENING_CONV
 from ..step import REQUIRED, Step, enabled
 from .guard_indices import GuardIndices
 from .half_in_float32 import HalfInFloat32
+from .hoisted_tile_configs import HoistTileConfigs
 from .materialize_empty_constants import MaterializeEmptyConstants
 from .ordered_shape_stores import OrderShapeFuncStores
 from .overwritten_inits import DropOverwrittenInits
@@ -56,7 +57,8 @@ def steps(options: CompileOptions) -> list[Step]:
                  "differently in each process, as LegalizeOps does")]
 
 
-__all__ = ["DropOverwrittenInits", "GuardIndices", "HalfInFloat32", "MaterializeEmptyConstants",
+__all__ = ["DropOverwrittenInits", "GuardIndices", "HalfInFloat32", "HoistTileConfigs",
+           "MaterializeEmptyConstants",
            "OrderShapeFuncStores", "PaddedRowsInProducer",
            "ScalarKernelsApart",
            "SelfContainedKernels", "SortScalarParams", "WholeVectorPredicates",
