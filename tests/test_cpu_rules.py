@@ -130,7 +130,7 @@ def test_ragged_contraction_is_padded_to_whole_vectors():
 
 def test_a_strided_ragged_conv_keeps_contraction_without_its_padded_tile():
     """TVM's pad_einsum refuses a strided read as an einsum: a stride-2 conv over 199 output
-    columns (prime) with 36 channels (PrepackWeights leaves it: not whole blocks) lost
+    columns (prime) with 36 channels (as Contraction gets convs PrepackWeights leaves) lost
     Contraction altogether and ran on the generic schedule, unvectorized (1.2 GFLOP/s where
     Contraction's ragged tile runs 11-12, one thread, AVX2). Contraction now keeps it."""
     x = te.placeholder((1, 1, 399, 48), name="x")

@@ -82,3 +82,20 @@ def test_numbers_match_the_direct_conv():
     before = _module()
     x = RNG.standard_normal((1, 28, 28, 16)).astype(np.float32)
     assert_lanes_keep_numbers(WinogradConv, before, x, (16, 4), 1e-4)
+
+
+def test_padded_output_channels_keep_the_direct_conv():
+    """A 3x3 conv of 24 output channels packs padded to 32 on 16 lanes (PrepackWeights), but
+    the Winograd weight transform packs whole blocks only: it stays a direct conv. With 8
+    lanes, 24 channels are 3 whole blocks and it becomes Winograd kernels."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 28, 28, 16), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(_conv(x, _const(3, 3, 16, 24)))
+        bb.emit_func_output(out)
+    before = bb.get()
+    tvm.ir.assert_structural_equal(WinogradConv(16)(before), before)
+    assert "relax.nn.conv2d" not in main_ops(WinogradConv(8)(before))
+    x = RNG.standard_normal((1, 28, 28, 16)).astype(np.float32)
+    assert_lanes_keep_numbers(WinogradConv, before, x, (16, 8), 1e-4)

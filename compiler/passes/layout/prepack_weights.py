@@ -13,20 +13,20 @@ summed in the same order.
 Where it sits: after the quantize phase (int8 and bf16 take their sites first: what is left as
 float32 conv/matmul is packed here), before lowering, whose FoldConstant would otherwise see
 the weights as plain constants. Sites it leaves to ``Contraction``: output channels that fill
-whole blocks only with much padding (it costs compute and a crop pass; MobileNetV2's 24- and
-40-channel convs; a few channels short of a block, as a 50,257-word vocabulary head, are
-padded), depthwise convolutions, grouped ones whose groups are not whole blocks of output
-channels, and matmuls of two activations (a grouped conv of whole blocks packs as an ungrouped
-one of its group's inputs, each block reading its group). A matmul whose row count has no
-divisor between 4 and 8 (ViT's 197 tokens) runs as one block of padded rows, read from the
-activation itself with rows past the last clamped to it (their results are cropped; a padded
-copy of the activation would be a kernel of its own before each such matmul); a symbolic row
-count has its rows padded to blocks (below); a conv whose output width has none (wav2vec2's
-strided convs over 799 and 199 steps) computes a padded width (padded_width: 800, 200), reading
-zeros past the input's edge, and crops it in its kernel. Left to Contraction such convs could
-not take its padded tile either (TVM's pad_einsum refuses a strided read) and fell to the
-generic schedule, two orders of magnitude slower. CPU targets only (GPU rules do not read the
-packed layout).
+whole blocks only with more than a third more (MAX_CHANNEL_PADDING: 20 channels, 32 computed;
+up to a third more, as MobileNets' 24 and 40 channels or a 50,257-word vocabulary head, are
+padded and cropped in the kernel), depthwise convolutions, grouped ones whose groups are not
+whole blocks of output channels, and matmuls of two activations (a grouped conv of whole blocks
+packs as an ungrouped one of its group's inputs, each block reading its group). A matmul whose
+row count has no divisor between 4 and 8 (ViT's 197 tokens) runs as one block of padded rows,
+read from the activation itself with rows past the last clamped to it (their results are
+cropped; a padded copy of the activation would be a kernel of its own before each such matmul);
+a symbolic row count has its rows padded to blocks (below); a conv whose output width has none
+(wav2vec2's strided convs over 799 and 199 steps) computes a padded width (padded_width: 800,
+200), reading zeros past the input's edge, and crops it in its kernel. Left to Contraction such
+convs could not take its padded tile either (TVM's pad_einsum refuses a strided read) and fell
+to the generic schedule, two orders of magnitude slower. CPU targets only (GPU rules do not
+read the packed layout).
 
 A matmul whose rows are symbolic (a model exported with dynamic axes: [batch, seq, K]) is
 packed too: its rows are padded to blocks of dot_kernels.SYMBOLIC_ROWS (an axis of blocks, a
@@ -58,8 +58,10 @@ from ...relax_walk import has_main, mutate_functions
 _MAX_ROWS = 8
 # Output channels are padded to whole blocks (and the result cropped) when that adds at most
 # this share: a 50,257-word vocabulary head (GPT-2) or 1,000 classes gain the packed tile for
-# almost nothing; 24 or 40 channels would compute a third or a fifth more (module docstring).
-MAX_CHANNEL_PADDING = 1 / 16
+# almost nothing, and MobileNets' 24, 40 and 72 channels compute up to a third more at more
+# than twice Contraction's rate on such counts (docs/design/measurements.md); 20 channels
+# (32 computed) stay with Contraction.
+MAX_CHANNEL_PADDING = 1 / 3
 
 
 def packed_call(call: relax.Call, weight: np.ndarray, x: relax.Expr,

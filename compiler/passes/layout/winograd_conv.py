@@ -9,12 +9,12 @@ docs/design/measurements.md#compilerpasseslayoutwinograd_convpy). The price: res
 from the direct sum by ~1e-5 relative (the transforms' constants round in float32).
 ``--disable-pass WinogradConv`` keeps the direct kernels.
 
-Which sites: the packed float32 ones (``packs_well``: whole blocks of output channels) with
-at least ``_MIN_CHANNELS`` input channels (fewer: the matmul's reduction is too short to pay
-for the transforms; not measured below 16) and at least ``_MIN_TILES`` output tiles. Each
-transformed weight, (m+2)^2/9 times the size of the direct one, is used once per tile: with
-few tiles the matmul streams more weight bytes than it computes on. Timed alone the weights
-stay in L2 and every layer gains; end to end they do not
+Which sites: the packed float32 ones (``packs_well``) whose output channels are whole blocks
+without padding, with at least ``_MIN_CHANNELS`` input channels (fewer: the matmul's reduction
+is too short to pay for the transforms; not measured below 16) and at least ``_MIN_TILES``
+output tiles. Each transformed weight, (m+2)^2/9 times the size of the direct one, is used once
+per tile: with few tiles the matmul streams more weight bytes than it computes on. Timed alone
+the weights stay in L2 and every layer gains; end to end they do not
 (docs/design/measurements.md#compilerpasseslayoutwinograd_convpy).
 Tile size: m=4 where that
 leaves ``_MIN_TILES`` tiles, else m=2 where that does. Sits in the pack phase before
@@ -37,7 +37,9 @@ _MIN_TILES = 49
 
 def winograd_site(site: Site, lanes: int) -> bool:
     call = site.call
-    if call.op.name != "relax.nn.conv2d" or not packs_well(site, lanes):
+    # whole blocks of output channels, none padded: the weight transform packs them exactly
+    if call.op.name != "relax.nn.conv2d" or not packs_well(site, lanes) or \
+            int(site.var.ty.shape[-1]) % lanes:
         return False
     if site_tile_size(site) is None:
         return False
