@@ -139,3 +139,70 @@ def _serial_expected(out: T.Buffer((3, 4), "float32"), loads: T.Buffer((1,), "in
 def test_outside_parallel_loops_it_loads_before_the_outermost_loop():
     tvm.ir.assert_structural_equal(hoist_tile_configs(_serial),
                                    _serial_expected.with_attr("global_symbol", "_serial"))
+
+
+@T.prim_func(s_tir=True)
+def _many_tasks(out: T.Buffer((130,), "float32"), loads: T.Buffer((1,), "int32")):
+    T.func_attr({"tirx.noalias": True})
+    for p in T.parallel(130):
+        with T.attr(0, TILE_CONFIG, "1,64"):
+            loads[0] = 1
+        out[p] = T.Cast("float32", p)
+
+
+@T.prim_func(s_tir=True)
+def _many_tasks_expected(out: T.Buffer((130,), "float32"), loads: T.Buffer((1,), "int32")):
+    T.func_attr({"tirx.noalias": True})
+    for p_task in T.parallel(65):
+        with T.attr(0, TILE_CONFIG, "1,64"):
+            loads[0] = 1
+        for p_in in range(2):
+            out[p_task * 2 + p_in] = T.Cast("float32", p_task * 2 + p_in)
+
+
+def test_a_parallel_loop_of_many_iterations_loads_once_per_task_of_them():
+    """130 iterations, each loading the configuration: 65 tasks of 2 consecutive ones (the
+    fewest tasks, at least MIN_TASKS = 64, that divide them evenly), one load each."""
+    after = hoist_tile_configs(_many_tasks)
+    tvm.ir.assert_structural_equal(after, _many_tasks_expected.with_attr("global_symbol",
+                                                                         "_many_tasks"))
+    lib = tvm.compile(tvm.IRModule({"main": after}), target=tvm.target.Target({"kind": "llvm"}))
+    out = tvm.runtime.tensor(np.zeros(130, np.float32))
+    lib["main"](out, tvm.runtime.tensor(np.zeros(1, np.int32)))
+    np.testing.assert_array_equal(out.numpy(), np.arange(130))
+
+
+@T.prim_func(s_tir=True)
+def _prime(out: T.Buffer((131,), "float32"), loads: T.Buffer((1,), "int32")):
+    T.func_attr({"tirx.noalias": True})
+    for p in T.parallel(131):
+        with T.attr(0, TILE_CONFIG, "1,64"):
+            loads[0] = 1
+        out[p] = T.Cast("float32", p)
+
+
+@T.prim_func(s_tir=True)
+def _prime_expected(out: T.Buffer((131,), "float32"), loads: T.Buffer((1,), "int32")):
+    T.func_attr({"tirx.noalias": True})
+    for p in T.parallel(131):
+        with T.attr(0, TILE_CONFIG, "1,64"):
+            loads[0] = 1
+        out[p] = T.Cast("float32", p)
+
+
+def test_a_prime_count_of_iterations_loads_once_per_iteration():
+    tvm.ir.assert_structural_equal(hoist_tile_configs(_prime),
+                                   _prime_expected.with_attr("global_symbol", "_prime"))
+
+
+@T.prim_func(s_tir=True)
+def _reads_the_loop(out: T.Buffer((3,), "float32"), loads: T.Buffer((3,), "int32")):
+    T.func_attr({"tirx.noalias": True})
+    for s in range(3):
+        with T.attr(0, TILE_CONFIG, "1,64"):
+            loads[s] = 1
+        out[s] = T.float32(1)
+
+
+def test_a_configuration_that_reads_its_loop_stays_in_it():
+    assert hoist_tile_configs(_reads_the_loop).same_as(_reads_the_loop)

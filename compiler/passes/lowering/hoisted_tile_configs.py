@@ -1,6 +1,6 @@
 """HoistTileConfigs: an AMX tile configuration is loaded before the outermost loop whose body
-loads no other configuration (first in each task, where that loop is a parallel one), not once
-per intrinsic call.
+loads no other configuration (once per task of consecutive iterations, where that loop is a
+parallel one), not once per intrinsic call.
 
 Why: each AMX intrinsic (default_schedules/amx_intrinsics.py) begins with ``ldtilecfg``, as a
 call cannot know what ran before it on its thread. ``ldtilecfg`` is costly, and a kernel that
@@ -10,8 +10,12 @@ products and one configuration load.
 
 How: the intrinsics mark their configuration code ``amx_intrinsics.TILE_CONFIG``, its value
 the configuration's words. From the innermost loop out, a loop whose body holds marks of one
-value only loses them, and one copy goes before the loop; in a parallel loop it goes first in
-the body instead, since each thread runs its tasks from there. Every tile instruction of the
+value only (that read none of its variables) loses them, and one copy goes before the loop. A
+parallel loop's threads each need their own: where its iterations divide evenly into
+MIN_TASKS tasks or more, the loop runs the fewest such tasks, each a serial loop over its
+consecutive iterations after one load; else the load goes first in each iteration. Small
+kernels that ran one short tile per iteration (MobileNets' 1x1 convs over 16 or 24 channels)
+had spent much of their time loading configurations. Every tile instruction of the
 loop then runs after that load and after no load of another configuration, which is all the
 intrinsics need: each starts its sums with ``tilezero`` or a load, never from what an earlier
 call left in a tile register. A loop whose body holds different configurations (the attention
@@ -27,7 +31,14 @@ import tvm_ffi
 from tvm import tirx
 
 from ...default_schedules.amx_intrinsics import TILE_CONFIG
+from ...default_schedules.cpu_blocks import substitute, uses_var
 from ...relax_walk import with_prim_funcs
+
+# A parallel loop whose iterations each load the same configuration runs them in this many
+# tasks or more (the fewest that divide them evenly), each loading it once: TVM hands each
+# thread a contiguous range of a parallel loop's iterations, so the tasks keep its balance on
+# any thread count up to here, and the loads drop from one per iteration to one per task.
+MIN_TASKS = 64
 
 # what a removed configuration becomes (then dropped from its sequence)
 _REMOVED = tirx.Evaluate(tirx.const(0, "int32"))
@@ -79,19 +90,48 @@ def _flat(seq):
                          for t in (s.seq if isinstance(s, tirx.SeqStmt) else [s])])
 
 
+def _task_count(extent) -> int | None:
+    """The fewest tasks, at least MIN_TASKS, that split ``extent`` iterations evenly; None where
+    none does (a prime count, or one under 2 x MIN_TASKS)."""
+    if not isinstance(extent, tirx.IntImm):
+        return None
+    n = int(extent)
+    return next((t for t in range(MIN_TASKS, n // 2 + 1) if n % t == 0), None)
+
+
+def _in_tasks(loop, config, body):
+    """The parallel ``loop`` with ``config`` first in each task: its iterations in _task_count
+    tasks of consecutive ones where that count exists (one load per task), else one load per
+    iteration."""
+    tasks = _task_count(loop.extent)
+    if tasks is None or not (isinstance(loop.min, tirx.IntImm) and int(loop.min) == 0):
+        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind,
+                        tirx.SeqStmt([config, body]), loop.thread_binding, loop.annotations,
+                        loop.step)
+    var, dtype = loop.loop_var, str(loop.loop_var.ty)
+    chunk = int(loop.extent) // tasks
+    task = tirx.Var(f"{var.name}_task", dtype)
+    inner = tirx.Var(f"{var.name}_in", dtype)
+    body = substitute(body, var, task * tirx.const(chunk, dtype) + inner)
+    serial = tirx.For(inner, tirx.const(0, dtype), tirx.const(chunk, dtype),
+                      tirx.ForKind.SERIAL, body)
+    return tirx.For(task, tirx.const(0, dtype), tirx.const(tasks, dtype), loop.kind,
+                    tirx.SeqStmt([config, serial]), loop.thread_binding, loop.annotations)
+
+
 def _hoisted(loop):
     """``loop`` (its inner loops done) whose body loads one configuration only: that
     configuration loaded once, before a serial loop or first in each task of a parallel one."""
     configs = _configs(loop.body)
-    if not _uniform(configs):
+    if not _uniform(configs) or any(uses_var(c, loop.loop_var) for c in configs):
         return loop
     config = _copy(configs[0])
     body = _without_configs(loop.body)
     if loop.kind == tirx.ForKind.PARALLEL:
-        body = tirx.SeqStmt([config, body])
-    out = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding,
-                   loop.annotations, loop.step)
-    return out if loop.kind == tirx.ForKind.PARALLEL else tirx.SeqStmt([config, out])
+        return _in_tasks(loop, config, body)
+    return tirx.SeqStmt([config, tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind,
+                                          body, loop.thread_binding, loop.annotations,
+                                          loop.step)])
 
 
 def hoist_tile_configs(func: tirx.PrimFunc) -> tirx.PrimFunc:
