@@ -206,3 +206,35 @@ def _reads_the_loop(out: T.Buffer((3,), "float32"), loads: T.Buffer((3,), "int32
 
 def test_a_configuration_that_reads_its_loop_stays_in_it():
     assert hoist_tile_configs(_reads_the_loop).same_as(_reads_the_loop)
+
+
+@T.prim_func(s_tir=True)
+def _parallel_in_serial(out: T.Buffer((3, 2), "float32"), loads: T.Buffer((2,), "int32")):
+    T.func_attr({"tirx.noalias": True})
+    for s in range(3):
+        for p in T.parallel(2):
+            for _j in range(2):
+                with T.attr(0, TILE_CONFIG, "1,64"):
+                    loads[p] = loads[p] + 1
+            out[s, p] = T.float32(1)
+
+
+@T.prim_func(s_tir=True)
+def _parallel_in_serial_expected(out: T.Buffer((3, 2), "float32"),
+                                 loads: T.Buffer((2,), "int32")):
+    T.func_attr({"tirx.noalias": True})
+    for s in range(3):
+        for p in T.parallel(2):
+            with T.attr(0, TILE_CONFIG, "1,64"):
+                loads[p] = loads[p] + 1
+            for _j in range(2):
+                T.evaluate(0)
+            out[s, p] = T.float32(1)
+
+
+def test_a_load_in_a_parallel_loop_stays_in_its_tasks():
+    """A serial loop around a parallel one: the load goes first in each task, not before the
+    serial loop, where the worker threads would never run it."""
+    after = hoist_tile_configs(_parallel_in_serial)
+    tvm.ir.assert_structural_equal(after, _parallel_in_serial_expected.with_attr(
+        "global_symbol", "_parallel_in_serial"))

@@ -119,12 +119,25 @@ def _in_tasks(loop, config, body):
                     tirx.SeqStmt([config, serial]), loop.thread_binding, loop.annotations)
 
 
+def _loads_in_parallel(stmt) -> bool:
+    """Whether a parallel loop in ``stmt`` holds a configuration load."""
+    found = []
+
+    def visit(loop):
+        if loop.kind == tirx.ForKind.PARALLEL and _configs(loop.body):
+            found.append(loop)
+        return loop
+    tvm_ffi.structural_map(stmt, (tirx.For, visit))
+    return bool(found)
+
+
 def _hoisted(loop):
     """``loop`` (its inner loops done) whose body loads one configuration only: that
     configuration loaded once, before a serial loop or first in each task of a parallel one."""
     configs = _configs(loop.body)
-    if not _uniform(configs) or any(uses_var(c, loop.loop_var) for c in configs):
-        return loop
+    if not _uniform(configs) or any(uses_var(c, loop.loop_var) for c in configs) or \
+            (loop.kind != tirx.ForKind.PARALLEL and _loads_in_parallel(loop.body)):
+        return loop   # (a load in a parallel loop must stay there: its threads need it)
     config = _copy(configs[0])
     body = _without_configs(loop.body)
     if loop.kind == tirx.ForKind.PARALLEL:
