@@ -62,10 +62,11 @@ def _zero_rows(out: tirx.Var, shape: list[int], axis: int, rows: int, dtype: str
 def writes_padded(func: tirx.PrimFunc, axis: int, padded: int) -> tirx.PrimFunc | None:
     """``func`` (a kernel whose last parameter is its output) writing into an output whose
     ``axis`` has ``padded`` rows, the rows past its own extent zero; None where its output
-    shape is not static."""
+    shape is not static or its strides are explicit (they would no longer match)."""
     out = func.params[-1]
     shape = _static(out.ty.shape)
-    if shape is None or not 0 <= axis < len(shape) or shape[axis] >= padded:
+    if shape is None or not 0 <= axis < len(shape) or shape[axis] >= padded or \
+            len(out.ty.strides):
         return None
     rows, t = shape[axis], out.ty
     dtype = str(t.shape[axis].ty)
