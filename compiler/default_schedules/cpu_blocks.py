@@ -65,6 +65,22 @@ def substitute(node, var, value):
     return tvm_ffi.structural_map(node, (tirx.Var, lambda v: value if v.same_as(var) else v))
 
 
+def renew_definitions(node, replacements: dict | None = None):
+    """``node`` (TIR) with a new variable for each one it defines, so that the copy can stand
+    beside the original in one module; a defined variable in ``replacements`` (old -> new)
+    becomes that one instead."""
+    fresh: dict = {}
+    replacements = replacements or {}
+
+    def renewed(var, kind):
+        if kind != tvm_ffi.structural.DefRegionKind.NONE:
+            new = replacements.get(var)
+            fresh[var] = tirx.Var(var.name, var.ty) if new is None else new
+            return fresh[var]
+        return fresh.get(var, var)
+    return tvm_ffi.structural_map(node, with_def_region_kind=(tirx.Var, renewed))
+
+
 def divisible(sch: s_tir.Schedule, loop, factor: int) -> bool:
     """Whether the loop's extent is provably a multiple of ``factor``: a static one, or a
     symbolic one padded to it (``(n + 15) // 16 * 16``)."""

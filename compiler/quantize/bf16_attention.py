@@ -85,8 +85,8 @@ def _parts(func: relax.Function) -> dict | None:
 
 def _amx_rows(rows: int | None, mask) -> int | None:
     """On AMX, the query rows a static count is padded to: a multiple of the 16-row tasks of
-    cpu_attention (FuseAttention pads to 8; ViT's 197 tokens are 200, whose tasks of 8 rows ran
-    half-height tiles); None where it already is one, the rows are symbolic, or a mask has
+    cpu_attention (FuseAttention pads to 8; ViT's 197 tokens are 200, whose tasks of 8 rows would
+    run half-height tiles); None where it already is one, the rows are symbolic, or a mask has
     rows of its own (the padded rows would read past it)."""
     if rows is None or rows % AMX_TASK_ROWS == 0:
         return None

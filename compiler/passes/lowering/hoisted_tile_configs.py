@@ -31,7 +31,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ...default_schedules.amx_intrinsics import TILE_CONFIG
-from ...default_schedules.cpu_blocks import substitute, uses_var
+from ...default_schedules.cpu_blocks import renew_definitions, substitute, uses_var
 from ...relax_walk import with_prim_funcs
 
 # A parallel loop whose iterations each load the same configuration runs them in this many
@@ -46,25 +46,9 @@ _REMOVED = tirx.Evaluate(tirx.const(0, "int32"))
 
 def _configs(node) -> list:
     found: list = []
-
-    def collect(stmt):
-        if stmt.attr_key == TILE_CONFIG:
-            found.append(stmt)
-        return stmt
-    tvm_ffi.structural_map(node, (tirx.AttrStmt, collect))
+    tvm_ffi.structural_walk(node, (tirx.AttrStmt, lambda stmt: found.append(stmt)
+                                   if stmt.attr_key == TILE_CONFIG else None))
     return found
-
-
-def _copy(stmt):
-    """``stmt`` with variables of its own (each copy defines its configuration buffer)."""
-    fresh: dict = {}
-
-    def renewed(var, kind):
-        if kind != tvm_ffi.structural.DefRegionKind.NONE:
-            fresh[var] = tirx.Var(var.name, var.ty)
-            return fresh[var]
-        return fresh.get(var, var)
-    return tvm_ffi.structural_map(stmt, with_def_region_kind=(tirx.Var, renewed))
 
 
 def _uniform(configs) -> bool:
@@ -121,13 +105,10 @@ def _in_tasks(loop, config, body):
 
 def _loads_in_parallel(stmt) -> bool:
     """Whether a parallel loop in ``stmt`` holds a configuration load."""
-    found = []
-
-    def visit(loop):
-        if loop.kind == tirx.ForKind.PARALLEL and _configs(loop.body):
-            found.append(loop)
-        return loop
-    tvm_ffi.structural_map(stmt, (tirx.For, visit))
+    found: list = []
+    tvm_ffi.structural_walk(stmt, (tirx.For, lambda loop: found.append(loop)
+                                   if loop.kind == tirx.ForKind.PARALLEL and
+                                   _configs(loop.body) else None))
     return bool(found)
 
 
@@ -138,7 +119,7 @@ def _hoisted(loop):
     if not _uniform(configs) or any(uses_var(c, loop.loop_var) for c in configs) or \
             (loop.kind != tirx.ForKind.PARALLEL and _loads_in_parallel(loop.body)):
         return loop   # (a load in a parallel loop must stay there: its threads need it)
-    config = _copy(configs[0])
+    config = renew_definitions(configs[0])  # each copy defines its buffer
     body = _without_configs(loop.body)
     if loop.kind == tirx.ForKind.PARALLEL:
         return _in_tasks(loop, config, body)

@@ -26,18 +26,12 @@ stores."""
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import relax, s_tir, tirx
 
+from ...default_schedules.cpu_blocks import renew_definitions
+from ...frontends.relax_shapes import static_shape
 from ...relax_walk import mutate_functions, value_uses
 from ...symbolic_padding import PAD_ROWS
-
-
-def _static(shape) -> list[int] | None:
-    values = list(shape.values) if hasattr(shape, "values") else list(shape)
-    if not all(isinstance(v, tvm.tirx.IntImm) for v in values):
-        return None
-    return [int(v) for v in values]
 
 
 def _zero_rows(out: tirx.Var, shape: list[int], axis: int, rows: int, dtype: str
@@ -64,9 +58,10 @@ def writes_padded(func: tirx.PrimFunc, axis: int, padded: int) -> tirx.PrimFunc 
     ``axis`` has ``padded`` rows, the rows past its own extent zero; None where its output
     shape is not static or its strides are explicit (they would no longer match)."""
     out = func.params[-1]
-    shape = _static(out.ty.shape)
-    if shape is None or not 0 <= axis < len(shape) or shape[axis] >= padded or \
-            len(out.ty.strides):
+    if not all(isinstance(d, tirx.IntImm) for d in out.ty.shape):
+        return None
+    shape = [int(d) for d in out.ty.shape]
+    if not 0 <= axis < len(shape) or shape[axis] >= padded or len(out.ty.strides):
         return None
     rows, t = shape[axis], out.ty
     dtype = str(t.shape[axis].ty)
@@ -74,17 +69,8 @@ def writes_padded(func: tirx.PrimFunc, axis: int, padded: int) -> tirx.PrimFunc 
     new_out = tirx.Var(out.name, tirx.BufferType(
         t.dtype, t.storage_scope, [tirx.const(e, dtype) for e in new_shape], t.strides,
         t.elem_offset, t.data_alignment, t.offset_factor, t.layout, t.allocated_addr))
-    fresh: dict = {}
-
-    def renewed(var, kind):
-        # the copy defines variables of its own (the original stays in the module), the
-        # output with the longer row axis
-        if kind != tvm_ffi.structural.DefRegionKind.NONE:
-            fresh[var] = new_out if var.same_as(out) else tirx.Var(var.name, var.ty)
-            return fresh[var]
-        return fresh.get(var, var)
-
-    func = tvm_ffi.structural_map(func, with_def_region_kind=(tirx.Var, renewed))
+    # a copy: the original stays in the module for its other call sites
+    func = renew_definitions(func, {out: new_out})
     zeros = _zero_rows(new_out, new_shape, axis, rows, dtype)
     body = func.body
     if isinstance(body, s_tir.SBlockRealize) and not body.iter_values:
@@ -136,8 +122,8 @@ class _Rewriter(relax.PyExprMutator):
         if producer is None or producer_value not in self.single_use:
             return None
         axis = int(pad_func.attrs[PAD_ROWS])
-        padded_shape = _static(binding.var.ty.shape)
-        source_shape = _static(source.ty.shape)
+        padded_shape = static_shape(binding.var)
+        source_shape = static_shape(source)
         func = self.mod[producer[0]]
         if padded_shape is None or source_shape is None or \
                 not isinstance(func, tirx.PrimFunc) or len(func.params) != len(producer[1]) + 1:
