@@ -298,6 +298,55 @@ def conv2d_nhwc(x: te.Tensor, w: te.Tensor, out_channels: int, strides, padding,
     return _widened(_crop(acc, out_channels, ow), fmt)
 
 
+def flat_conv_positions(height: int, width: int, kh: int, kw: int, padding, dilation
+                        ) -> tuple[int, int, int, int]:
+    """(padded width Wp, padded height Hp, output height, output width) of a stride-1 conv
+    over the flattened padded image (conv2d_flat)."""
+    top, left, bottom, right = padding
+    dh, dw = dilation
+    hp, wp = height + top + bottom, width + left + right
+    return wp, hp, hp - (kh - 1) * dh, wp - (kw - 1) * dw
+
+
+def conv2d_flat(x: te.Tensor, w: te.Tensor, out_channels: int, padding, dilation,
+                pad_value: int, grid_rows: int) -> te.Tensor:
+    """Accumulator-typed stride-1 conv2d (one group, NHWC) of ``x`` (the format's operand
+    type) and packed ``w``, computed over the flattened padded image: its pad block writes
+    the padded image with its pixels flattened, [N, positions, C], and output position
+    ``q`` = i * Wp + j (Wp the padded width) sums the positions ``q + rh * dh * Wp + rw *
+    dw`` of every tap, so that the tile rows of an AMX kernel (default_schedules/
+    amx_intrinsics.py, register_flat_conv) are ``grid_rows`` consecutive positions, one tile
+    load each, running on across image rows. Positions j >= the output width compute sums
+    nobody reads, and so do positions past the last real one, (output height - 1) * Wp +
+    output width, up to ``grid_rows``; the crop block keeps the real ones. The pad block
+    writes zeros past the padded image for the positions the last tiles read."""
+    fmt = _format_of(w)
+    n, height, width, c = (int(d) for d in x.shape)
+    ocb, kh, kw, icb = (int(d) for d in w.shape[:4])
+    icp = icb * fmt.group
+    top, left, _, _ = padding
+    dh, dw = dilation
+    wp, hp, oh, ow = flat_conv_positions(height, width, kh, kw, padding, dilation)
+    assert (oh - 1) * wp + ow <= grid_rows
+    length = grid_rows + (kh - 1) * dh * wp + (kw - 1) * dw  # positions the kernel reads
+
+    def padded(b, q, k):
+        i, j = q // wp - top, q % wp - left
+        inside = tirx.all(q < hp * wp, i >= 0, i < height, j >= 0, j < width, k < c)
+        return tirx.if_then_else(inside, x[b, i, j, k], tirx.const(pad_value, fmt.operand))
+    flat = te.compute((n, length, icp), padded, name=PAD_BLOCK)
+    rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
+    rc = te.reduce_axis((0, icp), "rc")
+    lanes, group = fmt.lanes, fmt.group
+    acc = te.compute((n, grid_rows, ocb * lanes), lambda b, q, o: te.sum(fmt.product(
+        flat[b, q + rh * dh * wp + rw * dw, rc],
+        w[o // lanes, rh, rw, rc // group, o % lanes, rc % group]),
+        axis=[rh, rw, rc]), name=fmt.block)
+    out = te.compute((n, oh, ow, out_channels), lambda b, i, j, o: acc[b, i * wp + j, o],
+                     name=CROP_BLOCK)
+    return _widened(out, fmt)
+
+
 def matmul(x: te.Tensor, w: te.Tensor, out_features: int, pad_value: int,
            rows: int | None = None, out_lead: list[int] | None = None) -> te.Tensor:
     """Accumulator-typed ``x @ W`` of ``x`` [..., M, K] (the format's operand type) and packed

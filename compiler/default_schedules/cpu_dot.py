@@ -482,8 +482,14 @@ class _AmxTile:
     # matmul's K block they take turns on (_column_groups)
     column_group: int = 1
     k_block: int = 0
+    # dot_kernels.conv2d_flat's (kh, kw, positions a tap row on, dilation w); conv is None
+    flat: tuple | None = None
 
     def intrinsic(self) -> str:
+        if self.flat is not None:
+            return amx_intrinsics.register_flat_conv(self.kind, self.rows, self.a_tiles,
+                                                     self.b_tiles, *self.flat, self.reduction,
+                                                     self.step, self.column_group)
         if self.conv is None:
             return amx_intrinsics.register(self.kind, self.rows, self.a_tiles, self.b_tiles,
                                            self.reduction, self.step, self.column_group,
@@ -541,6 +547,32 @@ def _conv_geometry(sch, block, weight) -> tuple | None:
     return kh, kw, stride, dh, dw
 
 
+def _flat_conv_geometry(sch, block, weight) -> tuple | None:
+    """(kh, kw, positions a row of taps on, dilation w) of dot_kernels.conv2d_flat, read from
+    its activation access [N, position + rh * row_step + rw * dw, channel]; None for any
+    other access."""
+    kh, kw = int(weight.shape[1]), int(weight.shape[2])
+    stmt = sch.get(block)
+    spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type != tirx.IterVar.CommReduce]
+    reduce = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    if len(reduce) != (kh > 1) + (kw > 1) + 1 or len(spatial) < 2:
+        return None
+    output = stmt.writes[0].source
+    loads = [load for load in _buffer_loads(stmt.body.value)
+             if not load.source.same_as(weight) and not load.source.same_as(output)]
+    if len(loads) != 1 or len(loads[0].indices) != 3:
+        return None
+    _, position, channel = loads[0].indices
+    if not (isinstance(channel, tirx.Var) and channel.same_as(reduce[-1])) or \
+            _coefficient(position, spatial[-2]) != 1:
+        return None
+    row_step = _coefficient(position, reduce[0]) if kh > 1 else 0
+    dw = _coefficient(position, reduce[int(kh > 1)]) if kw > 1 else 1
+    if row_step is None or dw is None or (kh > 1 and row_step <= 0) or dw <= 0:
+        return None
+    return kh, kw, row_step, dw
+
+
 def amx_min_step(kind: str) -> int:
     """The shortest reduction step of an AMX tile of format ``kind``, in values."""
     return AMX_MIN_STEP_BYTES // amx_intrinsics.KINDS[kind].value_bytes
@@ -561,10 +593,11 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
     # sequence's rows: PrepackWeights)
     if None in spatial[-2:] or None in reduce:
         return None
-    conv = None
+    conv = flat = None
     if len(weight.shape) == 6:
-        conv = _conv_geometry(sch, main.block_rv, weight)
-        if conv is None:
+        flat = _flat_conv_geometry(sch, main.block_rv, weight)
+        conv = None if flat is not None else _conv_geometry(sch, main.block_rv, weight)
+        if conv is None and flat is None:
             return None
     elif len(reduce) != 1:
         return None
@@ -583,9 +616,9 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
     a_tiles = 2 if rows % (2 * tile_rows) == 0 else 1
     b_tiles = amx_intrinsics.b_tiles(channels)
     group, k_block = _column_groups(k, step, channels // (b_tiles * amx_intrinsics.LANES),
-                                    conv is not None)
+                                    conv is not None or flat is not None)
     return _AmxTile(fmt.name, tile_rows, a_tiles, b_tiles, step, k, conv, merged, group,
-                    k_block)
+                    k_block, flat=flat)
 
 
 # Column tiles of one intrinsic call, at most: the tile configuration (ldtilecfg) is loaded once
@@ -633,7 +666,8 @@ def _amx_column_group(tile: _AmxTile, row_tiles: int | None, column_blocks: int 
     channels, 6 MB of bf16) was read again from L3 for every block of columns. The group
     divides the blocks: split unevenly, the tile's block would need a guard, and tensorize
     takes none."""
-    if tile.conv is not None or row_tiles is None or column_blocks is None:
+    if tile.conv is not None or tile.flat is not None or row_tiles is None or \
+            column_blocks is None:
         return None
     value_bytes = amx_intrinsics.KINDS[tile.kind].value_bytes
     rows_bytes = row_tiles * tile.a_tiles * tile.rows * tile.reduction * value_bytes

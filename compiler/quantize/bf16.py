@@ -41,8 +41,9 @@ from tvm import relax
 
 from .. import dot_kernels
 from ..contraction_sites import Site
+from ..default_schedules import amx_intrinsics
 from ..default_schedules.cpu_blocks import _largest_divisor
-from ..default_schedules.cpu_dot import AMX_MIN_ROWS
+from ..default_schedules.cpu_dot import AMX_MIN_ROWS, amx_min_step
 from ..frontends.relax_shapes import static_shape
 from ..passes.layout.prepack_weights import (
     conv_padded_width,
@@ -125,8 +126,69 @@ def amx_padded_width(site: Site) -> int | None:
     return round_up(width, AMX_TILE_ROWS)
 
 
+def _per_row_tiles(width: int, height: int) -> tuple[int, int]:
+    """(AMX tiles, A tiles a step) of a conv's per-row kernel (cpu_dot._amx_tile): tiles of
+    the deepest divisor of the output width up to 16 rows (of 16 over a width
+    amx_padded_width pads), two side by side where they fit."""
+    depth = _largest_divisor(width, AMX_TILE_ROWS)
+    if depth < AMX_MIN_ROWS:
+        width, depth = round_up(width, AMX_TILE_ROWS), AMX_TILE_ROWS
+    return height * (width // depth), 2 if width % (2 * depth) == 0 else 1
+
+
+def amx_flat_rows(site: Site) -> int | None:
+    """On AMX, the positions a padded stride-1 conv computes over its flattened padded image
+    (dot_kernels.conv2d_flat), where that runs it in fewer tiles than one output row at a
+    time, or as many but two A tiles a step where a row takes one: ResNet's 7x7 stage (a
+    3x3 conv's 61 positions padded to 64: 4 tiles of 16, not 7 of 7) and 14x14 one (224
+    positions, 7 pairs of tiles, where a row of 14 pixels is one tile). Each B tile loaded
+    then feeds 32 rows instead of 7 or 14. The positions: the real ones rounded up to pairs
+    of 16. None where the per-row kernel is as good (wide outputs: two tiles a row), for
+    strided, grouped or symbolic convs, and for unpadded ones (1x1): their per-row kernel
+    reads the activation itself, the flat one a padded copy of it."""
+    if site_kind(site) != "conv2d" or int(site.call.attrs.groups) != 1:
+        return None
+    attrs = site.call.attrs
+    in_shape, out_shape = static_shape(site.call.args[0]), static_shape(site.var)
+    padding = [int(p) for p in attrs.padding]
+    if in_shape is None or out_shape is None or not any(padding) or \
+            any(int(s) != 1 for s in attrs.strides) or attrs.data_layout != "NHWC":
+        return None
+    kh, kw, channels = (int(d) for d in site.call.args[1].value.shape[:3])
+    fmt = dot_kernels.BF16
+    if amx_intrinsics.step(fmt.name, round_up(channels, fmt.group)) < amx_min_step(fmt.name):
+        return None  # a few channels (an image's): the per-row kernel merges their taps
+    dilation = [int(d) for d in attrs.dilation]
+    wp, _, oh, ow = dot_kernels.flat_conv_positions(in_shape[1], in_shape[2], kh, kw,
+                                                    padding, dilation)
+    if (oh, ow) != tuple(out_shape[1:3]):
+        return None
+    row_tiles, row_a_tiles = _per_row_tiles(ow, oh)
+    positions = round_up((oh - 1) * wp + ow, 2 * AMX_TILE_ROWS)
+    if row_a_tiles == 2 or positions // AMX_TILE_ROWS > row_tiles:
+        return None
+    return positions
+
+
+def _emit_flat_conv(bb: relax.BlockBuilder, site: Site, xb: relax.Expr, positions: int
+                    ) -> relax.Expr:
+    """The bf16 conv of ``site`` over its flattened padded image (amx_flat_rows)."""
+    weight = site.weight()
+    fmt = dot_kernels.BF16
+    packed = dot_kernels.packed_tensor(
+        dot_kernels.pack_conv_weight, weight, fmt,
+        dot_kernels.conv_packed_shape(weight.shape, fmt, whole_tiles=True))
+    attrs = site.call.attrs
+    return bb.emit_te(dot_kernels.conv2d_flat, xb, relax.const(packed), weight.shape[3],
+                      [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation], 0,
+                      positions, primfunc_name_hint="conv2d_bf16")
+
+
 def _emit_bf16(bb: relax.BlockBuilder, site: Site, x: relax.Expr, amx: bool) -> relax.Expr:
     xb = bb.emit_te(dot_kernels.to_bf16_bits, x, primfunc_name_hint="to_bf16")
+    positions = amx_flat_rows(site) if amx else None
+    if positions is not None:
+        return _emit_flat_conv(bb, site, xb, positions)
     padded = amx_padded_rows(site) if amx else None
     if padded is not None:
         return row_blocks_packed(bb, site, xb, dot_kernels.BF16, "matmul_bf16", padded)

@@ -228,3 +228,29 @@ def test_amx_conv_width_no_tile_divides_is_computed_padded(width, computed):
     np.testing.assert_allclose(run_main(amx, x), run_main(ConvertBF16(True)(before), x),
                                rtol=1e-5, atol=1e-5)
 
+
+
+@pytest.mark.parametrize("size,kernel,padding,strides,positions", [
+    (7, 3, 1, 1, 64), (14, 3, 1, 1, 224), (6, 3, 1, 1, 64),
+    (56, 3, 1, 1, None), (28, 3, 1, 1, None), (7, 1, 0, 1, None), (14, 3, 1, 2, None)])
+def test_amx_padded_stride1_convs_run_over_the_flattened_image(size, kernel, padding, strides,
+                                                                positions):
+    """On AMX a padded stride-1 conv whose output rows take one tile each (7 and 14 pixels;
+    6 pads to one 16-pixel tile) runs over its flattened padded image: its sums block is
+    [1, positions, channels], 32 positions a tile pair (ResNet's 7x7 stage: 64, not 7 tiles of
+    7 pixels). Wide outputs (two tiles a row), 1x1 convs and strided ones keep the per-row
+    kernel. The numbers equal the per-row build's (the vector kernel's here)."""
+    w = relax.const(RNG.standard_normal((kernel, kernel, 32, 48)).astype(np.float32) * 0.3)
+    before = one_input_module((1, size, size, 32), lambda _bb, x: relax.op.nn.conv2d(
+        x, w, strides=[strides, strides], padding=[padding] * 4, data_layout="NHWC",
+        kernel_layout="HWIO"))
+    amx = ConvertBF16(True, amx=True)(before)
+    conv = next(f for gv, f in amx.functions_items() if gv.name_hint == "conv2d_bf16")
+    sch = tvm.s_tir.Schedule(conv)
+    sums = [int(d) for d in sch.get(sch.get_sblock("aotc_bf16_contract")).writes[0].source.shape]
+    out = (size + 2 * padding - kernel) // strides + 1
+    assert sums == ([1, positions, 48] if positions else [1, out, out, 48])
+    assert [int(d) for d in conv.params[-1].ty.shape] == [1, out, out, 48]
+    x = RNG.standard_normal((1, size, size, 32)).astype(np.float32)
+    np.testing.assert_allclose(run_main(amx, x), run_main(ConvertBF16(True)(before), x),
+                               rtol=1e-5, atol=1e-5)

@@ -21,6 +21,7 @@ from kernel_helpers import (
     guarded_output,
 )
 from tvm import s_tir, te
+from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 from aotc.compiler import dot_kernels as k
 from aotc.compiler.default_schedules import amx_intrinsics, cpu_dot
@@ -220,6 +221,57 @@ def test_amx_conv_matches_numpy(shape, kernel, oc, stride, pad, dilation):
     _skip_unless_amx("bf16")
     want = np.maximum(conv_reference(_rounded(x), _rounded(w), stride, pad, dilation), 0)
     _check_run(lib, [x, packed], want)
+
+
+# (input NHWC, kernel, output channels, padding (top, left, bottom, right), dilation,
+# positions): ResNet's 7x7 and 14x14 stages (61 and 222 positions, computed 64 and 224),
+# a non-square image with dilation 2, a batch of two, asymmetric padding, padded output
+# channels (40), a 1x1 kernel over a padded image
+@pytest.mark.parametrize("shape,kernel,oc,pad,dilation,positions", [
+    ((1, 7, 7, 64), (3, 3), 64, (1, 1, 1, 1), 1, 64),
+    ((1, 14, 14, 32), (3, 3), 32, (1, 1, 1, 1), 1, 224),
+    ((1, 5, 11, 32), (3, 3), 48, (2, 2, 2, 2), 2, 96),
+    ((2, 6, 6, 32), (3, 3), 32, (1, 1, 1, 1), 1, 64),
+    ((1, 7, 9, 32), (3, 2), 40, (1, 0, 1, 1), 1, 96),
+    ((1, 6, 6, 32), (1, 1), 32, (1, 1, 1, 1), 1, 64),
+])
+def test_amx_flat_conv_matches_numpy(shape, kernel, oc, pad, dilation, positions):
+    """dot_kernels.conv2d_flat on AMX tiles of 16 consecutive positions of the flattened
+    padded image (amx_intrinsics.register_flat_conv): its real outputs, ReLU applied, against
+    numpy's conv of the bf16-rounded operands; the output's guard elements untouched."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = RNG.standard_normal((*kernel, shape[-1], oc)).astype(np.float32)
+    xt = te.placeholder(x.shape, "float32", "x")
+    packed = k.pack_conv_weight(w, k.BF16)
+    wt = te.placeholder(packed.shape, "uint16", "w")
+    acc = k.conv2d_flat(k.to_bf16_bits(xt), wt, oc, pad, (dilation, dilation), 0, positions)
+    out = te.compute(acc.shape, lambda *i: tvm.te.max(acc(*i), 0.0), name="relu")
+    sch = s_tir.Schedule(te.create_prim_func([xt, wt, out]))
+    main = next(info for info in normalize_prim_func(sch)
+                if sch.get(info.block_rv).name_hint == "aotc_bf16_contract")
+    tile = cpu_dot._amx_tile(sch, main, k.BF16)
+    row_step = dilation * (shape[2] + pad[1] + pad[3]) if kernel[0] > 1 else 0
+    assert tile.flat == (*kernel, row_step, dilation) and (tile.a_tiles, tile.rows) == (2, 16)
+    lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, out]), AMX_TARGET,
+                          "tdpbf16ps")
+    _skip_unless_amx("bf16")
+    want = np.maximum(_flat_reference(_rounded(x), _rounded(w), pad, dilation), 0)
+    _check_run(lib, [x, packed], want)
+
+
+def _flat_reference(x, w, pad, dilation):
+    """NHWC stride-1 conv of ``x`` and HWIO ``w`` with padding (top, left, bottom, right)."""
+    top, left, bottom, right = pad
+    xp = np.pad(x.astype(np.float64), ((0, 0), (top, bottom), (left, right), (0, 0)))
+    kh, kw, _, oc = w.shape
+    oh = xp.shape[1] - (kh - 1) * dilation
+    ow = xp.shape[2] - (kw - 1) * dilation
+    out = np.zeros((x.shape[0], oh, ow, oc))
+    for i in range(kh):
+        for j in range(kw):
+            out += xp[:, i * dilation:i * dilation + oh, j * dilation:j * dilation + ow] @ \
+                w[i, j].astype(np.float64)
+    return out
 
 
 def _inits(func) -> dict[str, bool]:
