@@ -23,7 +23,9 @@ on an AVX512-BF16 CPU of AMD's (docs/design/measurements.md#compilerquantizebf16
 targets the kernels run on tile registers instead (default_schedules/amx_intrinsics.py),
 several times the AVX512-BF16 kernel's rate (measurements.md, amx_intrinsics.py), matmul
 rows no AMX tile divides are padded for one (amx_padded_rows) and so are conv widths
-(amx_padded_width). Elsewhere rows that no 4-8-row tile
+(amx_padded_width); padded stride-1 convs whose output rows take one tile each run over their
+flattened padded image, tiles running on across image rows (amx_flat_rows). Elsewhere rows
+that no 4-8-row tile
 divides (ViT's 197 tokens) are padded to one block of a multiple of 8 (200), and symbolic ones
 to blocks of 8, as PrepackWeights pads float32 ones.
 
