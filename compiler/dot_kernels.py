@@ -315,7 +315,7 @@ def conv2d_flat(x: te.Tensor, w: te.Tensor, out_channels: int, padding, dilation
     the padded image with its pixels flattened, [N, positions, C], and output position
     ``q`` = i * Wp + j (Wp the padded width) sums the positions ``q + rh * dh * Wp + rw *
     dw`` of every tap, so that the tile rows of an AMX kernel (default_schedules/
-    amx_intrinsics.py, register_flat_conv) are ``grid_rows`` consecutive positions, one tile
+    amx_intrinsics.py, register_conv's row_step) are ``grid_rows`` consecutive positions, one tile
     load each, running on across image rows. Positions j >= the output width compute sums
     nobody reads, and so do positions past the last real one, (output height - 1) * Wp +
     output width, up to ``grid_rows``; the crop block keeps the real ones. The pad block

@@ -247,7 +247,7 @@ def register(kind: str, rows: int, a_tiles: int, b_tiles: int, k: int, kt: int,
 @functools.cache
 def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw: int,
                   stride: int, dh: int, dw: int, channels: int, kt: int,
-                  merged: bool = False, groups: int = 1) -> str:
+                  merged: bool = False, groups: int = 1, row_step: int = 0) -> str:
     """Register (once) and name the conv intrinsic of format ``kind`` (dot_kernels.conv2d_nhwc,
     one group): ``a_tiles`` x ``rows`` neighbouring output pixels of one output row,
     ``b_tiles`` blocks of 16 output channels, summed over the kh x kw taps and ``channels``
@@ -261,7 +261,11 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
     ``channels`` channels, are summed as one reduction of ``kt`` values a step, and the kw
     taps' packed weights, also one after the other, as one B operand: valid where the input's
     pixels are exactly ``channels`` apart and the weight is packed whole (the schedule checks
-    the first; PrepackWeights' constants are the second)."""
+    the first; PrepackWeights' constants are the second).
+
+    ``row_step`` (dot_kernels.conv2d_flat: the flattened padded image, one row of positions,
+    ``dh`` 0): tap row ``th`` reads ``th * row_step`` positions further on, so that an A tile
+    is ``rows`` consecutive positions whatever image row they fall in."""
     spec = KINDS[kind]
     fmt, group = spec.fmt, spec.fmt.group
     assert rows <= TILE_ROWS and kt <= spec.max_step and kt % group == 0
@@ -269,7 +273,8 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
     assert not merged or dw == 1
     m, n = rows * a_tiles, groups * b_tiles * LANES
     n_blocks = groups * b_tiles
-    span_h, span_w = (kh - 1) * dh + 1, (m - 1) * stride + (kw - 1) * dw + 1
+    span_h = (kh - 1) * dh + 1
+    span_w = (m - 1) * stride + (kh - 1) * row_step + (kw - 1) * dw + 1
     a = te.placeholder((span_h, span_w, channels), fmt.operand, "A")
     b = te.placeholder((n_blocks, kh, kw, channels // group, LANES, group), fmt.weight, "B")
     rh = te.reduce_axis((0, kh), "rh") if kh > 1 else None
@@ -280,7 +285,7 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
     def update(j, o):
         th = rh if rh is not None else 0
         tw = rw if rw is not None else 0
-        return te.sum(fmt.product(a[th * dh, j * stride + tw * dw, rc],
+        return te.sum(fmt.product(a[th * dh, j * stride + th * row_step + tw * dw, rc],
                                   b[o // LANES, th, tw, rc // group, o % LANES, rc % group]),
                       axis=axes)
     c = te.compute((m, n), update, name="update")
@@ -324,7 +329,8 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
                         # counts)
                         T.evaluate(T.call_llvm_intrin(
                             "void", "llvm.x86.tileloadd64", T.uint8(4 + ti),
-                            T.address_of(A[th * dh, ti * rows * stride + tw * dw, s * kt]),
+                            T.address_of(A[th * dh, ti * rows * stride + th * row_step +
+                                           tw * dw, s * kt]),
                             T.Cast("int64", sa1 * stride * a_bytes)))
                     for tj in T.unroll(b_tiles):
                         T.evaluate(T.call_llvm_intrin(
@@ -336,86 +342,8 @@ def register_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw:
 
     name = (f"aotc_amx_{kind}_conv{'_merged' if merged else ''}_{a_tiles}x{rows}_"
             f"{groups}x{b_tiles}x16"
-            f"_{kh}x{kw}_s{stride}_d{dh}x{dw}_c{channels}_{kt}")
+            f"_{kh}x{kw}_s{stride}_d{dh}x{dw}{f'_r{row_step}' if row_step else ''}"
+            f"_c{channels}_{kt}")
     TensorIntrin.register(name, desc, impl, override=True)
     return name
 
-
-@functools.cache
-def register_flat_conv(kind: str, rows: int, a_tiles: int, b_tiles: int, kh: int, kw: int,
-                       row_step: int, dw: int, channels: int, kt: int, groups: int = 1) -> str:
-    """Register (once) and name the intrinsic of dot_kernels.conv2d_flat of format ``kind``:
-    ``a_tiles`` x ``rows`` consecutive positions of the flattened padded image, ``groups`` x
-    ``b_tiles`` blocks of 16 output channels, summed over the kh x kw taps (tap (th, tw)
-    reads ``th * row_step + tw * dw`` positions further on) and ``channels`` input channels,
-    ``kt`` a step. An A tile is ``rows`` consecutive positions (one ``tileloadd``, the
-    positions' stride), whatever image row they fall in."""
-    spec = KINDS[kind]
-    fmt, group = spec.fmt, spec.fmt.group
-    assert rows <= TILE_ROWS and kt <= spec.max_step and kt % group == 0
-    assert channels % kt == 0 and a_tiles * b_tiles <= 4
-    m, n = rows * a_tiles, groups * b_tiles * LANES
-    n_blocks = groups * b_tiles
-    span = m + (kh - 1) * row_step + (kw - 1) * dw
-    a = te.placeholder((span, channels), fmt.operand, "A")
-    b = te.placeholder((n_blocks, kh, kw, channels // group, LANES, group), fmt.weight, "B")
-    rh = te.reduce_axis((0, kh), "rh") if kh > 1 else None
-    rw = te.reduce_axis((0, kw), "rw") if kw > 1 else None
-    rc = te.reduce_axis((0, channels), "rc")
-    axes = [axis for axis in (rh, rw, rc) if axis is not None]
-
-    def update(j, o):
-        th = rh if rh is not None else 0
-        tw = rw if rw is not None else 0
-        return te.sum(fmt.product(a[j + th * row_step + tw * dw, rc],
-                                  b[o // LANES, th, tw, rc // group, o % LANES, rc % group]),
-                      axis=axes)
-    c = te.compute((m, n), update, name="update")
-    desc = _description(te.create_prim_func([a, b, c]))
-    configure, multiply, store = _tile_macros(
-        rows, a_tiles, b_tiles, _tile_config(rows, kt * spec.value_bytes, kt // group),
-        spec.instruction)
-    operand, weight, acc = fmt.operand, fmt.weight, fmt.acc
-    a_bytes = spec.value_bytes
-    steps = channels // kt
-
-    @top_level.prim_func(s_tir=True)
-    def impl(pa: T.handle, pb: T.handle, pc: T.handle) -> None:
-        sa = T.int32()
-        sb0 = T.int32()
-        sb1 = T.int32()
-        sb2 = T.int32()
-        sb3 = T.int32()
-        sb4 = T.int32()
-        sc = T.int32()
-        A = T.match_buffer(pa, (span, channels), operand, strides=[sa, 1], offset_factor=1)
-        B = T.match_buffer(pb, (n_blocks, kh, kw, channels // group, LANES, group), weight,
-                           strides=[sb0, sb1, sb2, sb3, sb4, 1], offset_factor=1)
-        C = T.match_buffer(pc, (m, n), acc, strides=[sc, 1], offset_factor=1)
-        with T.sblock("root"):
-            T.reads(A[0:span, 0:channels],
-                    B[0:n_blocks, 0:kh, 0:kw, 0:channels // group, 0:LANES, 0:group])
-            T.writes(C[0:m, 0:n])
-            T.sblock_attr({SUMS_FROM_ZERO: True})
-            configure()
-            for g in range(groups):
-                for t in T.unroll(a_tiles * b_tiles):
-                    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(t)))
-                for th, tw, s in T.grid(kh, kw, steps):
-                    for ti in T.unroll(a_tiles):
-                        T.evaluate(T.call_llvm_intrin(
-                            "void", "llvm.x86.tileloadd64", T.uint8(4 + ti),
-                            T.address_of(A[ti * rows + th * row_step + tw * dw, s * kt]),
-                            T.Cast("int64", sa * a_bytes)))
-                    for tj in T.unroll(b_tiles):
-                        T.evaluate(T.call_llvm_intrin(
-                            "void", "llvm.x86.tileloadd64", T.uint8(6 + tj),
-                            T.address_of(B[g * b_tiles + tj, th, tw, s * (kt // group), 0, 0]),
-                            T.int64(TILE_BYTES)))
-                    multiply()
-                store(C, sc, g)
-
-    name = (f"aotc_amx_{kind}_flat_conv_{a_tiles}x{rows}_{groups}x{b_tiles}x16"
-            f"_{kh}x{kw}_r{row_step}_d{dw}_c{channels}_{kt}")
-    TensorIntrin.register(name, desc, impl, override=True)
-    return name

@@ -482,21 +482,18 @@ class _AmxTile:
     # matmul's K block they take turns on (_column_groups)
     column_group: int = 1
     k_block: int = 0
-    # dot_kernels.conv2d_flat's (kh, kw, positions a tap row on, dilation w); conv is None
-    flat: tuple | None = None
+    # a conv over the flattened padded image (dot_kernels.conv2d_flat): positions a row of
+    # taps on (amx_intrinsics.register_conv); 0 for one over the image's rows
+    row_step: int = 0
 
     def intrinsic(self) -> str:
-        if self.flat is not None:
-            return amx_intrinsics.register_flat_conv(self.kind, self.rows, self.a_tiles,
-                                                     self.b_tiles, *self.flat, self.reduction,
-                                                     self.step, self.column_group)
         if self.conv is None:
             return amx_intrinsics.register(self.kind, self.rows, self.a_tiles, self.b_tiles,
                                            self.reduction, self.step, self.column_group,
                                            self.k_block)
         return amx_intrinsics.register_conv(self.kind, self.rows, self.a_tiles, self.b_tiles,
                                             *self.conv, self.reduction, self.step, self.merged,
-                                            self.column_group)
+                                            self.column_group, self.row_step)
 
 
 def _coefficient(expr, var) -> int | None:
@@ -520,9 +517,11 @@ def _buffer_loads(expr) -> list:
 
 
 def _conv_geometry(sch, block, weight) -> tuple | None:
-    """(kh, kw, stride, dilation h, dilation w) of a packed conv2d (NHWC, one group)
+    """(kh, kw, stride, dilation h, dilation w, row step) of a packed conv2d (NHWC, one group)
     read from its activation access, or None where the access is not of that form (a grouped
-    conv's channel index, a strided height only)."""
+    conv's channel index, a strided height only). An activation of three axes, [N, positions,
+    channels], is dot_kernels.conv2d_flat's flattened padded image: stride 1, dilation h 0,
+    tap row ``th`` reading ``th * row step`` positions on; the row step is 0 otherwise."""
     kh, kw = int(weight.shape[1]), int(weight.shape[2])
     stmt = sch.get(block)
     spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type != tirx.IterVar.CommReduce]
@@ -536,41 +535,21 @@ def _conv_geometry(sch, block, weight) -> tuple | None:
              if not load.source.same_as(weight) and not load.source.same_as(output)]
     if len(loads) != 1 or len(loads[0].indices) < 3:
         return None
+    flat = len(loads[0].indices) == 3
     *_, height, width, channel = loads[0].indices
     if not (isinstance(channel, tirx.Var) and channel.same_as(reduce[-1])):
         return None
     stride = _coefficient(width, spatial[-2])
     dw = _coefficient(width, rw) if rw is not None else 1
+    if flat:
+        row_step = _coefficient(width, rh) if rh is not None else 0
+        if stride != 1 or not dw or row_step is None or (rh is not None and row_step <= 0):
+            return None
+        return kh, kw, 1, 0, dw, row_step
     dh = _coefficient(height, rh) if rh is not None else 1
     if not stride or not dw or not dh:
         return None
-    return kh, kw, stride, dh, dw
-
-
-def _flat_conv_geometry(sch, block, weight) -> tuple | None:
-    """(kh, kw, positions a row of taps on, dilation w) of dot_kernels.conv2d_flat, read from
-    its activation access [N, position + rh * row_step + rw * dw, channel]; None for any
-    other access."""
-    kh, kw = int(weight.shape[1]), int(weight.shape[2])
-    stmt = sch.get(block)
-    spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type != tirx.IterVar.CommReduce]
-    reduce = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
-    if len(reduce) != (kh > 1) + (kw > 1) + 1 or len(spatial) < 2:
-        return None
-    output = stmt.writes[0].source
-    loads = [load for load in _buffer_loads(stmt.body.value)
-             if not load.source.same_as(weight) and not load.source.same_as(output)]
-    if len(loads) != 1 or len(loads[0].indices) != 3:
-        return None
-    _, position, channel = loads[0].indices
-    if not (isinstance(channel, tirx.Var) and channel.same_as(reduce[-1])) or \
-            _coefficient(position, spatial[-2]) != 1:
-        return None
-    row_step = _coefficient(position, reduce[0]) if kh > 1 else 0
-    dw = _coefficient(position, reduce[int(kh > 1)]) if kw > 1 else 1
-    if row_step is None or dw is None or (kh > 1 and row_step <= 0) or dw <= 0:
-        return None
-    return kh, kw, row_step, dw
+    return kh, kw, stride, dh, dw, 0
 
 
 def amx_min_step(kind: str) -> int:
@@ -593,12 +572,13 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
     # sequence's rows: PrepackWeights)
     if None in spatial[-2:] or None in reduce:
         return None
-    conv = flat = None
+    conv, row_step = None, 0
     if len(weight.shape) == 6:
-        flat = _flat_conv_geometry(sch, main.block_rv, weight)
-        conv = None if flat is not None else _conv_geometry(sch, main.block_rv, weight)
-        if conv is None and flat is None:
+        geometry = _conv_geometry(sch, main.block_rv, weight)
+        if geometry is None:
             return None
+        *conv, row_step = geometry
+        conv = tuple(conv)
     elif len(reduce) != 1:
         return None
     rows = spatial[-2] if len(spatial) >= 2 else 1
@@ -616,9 +596,9 @@ def _amx_tile(sch, main, fmt: DotFormat) -> _AmxTile | None:
     a_tiles = 2 if rows % (2 * tile_rows) == 0 else 1
     b_tiles = amx_intrinsics.b_tiles(channels)
     group, k_block = _column_groups(k, step, channels // (b_tiles * amx_intrinsics.LANES),
-                                    conv is not None or flat is not None)
+                                    conv is not None)
     return _AmxTile(fmt.name, tile_rows, a_tiles, b_tiles, step, k, conv, merged, group,
-                    k_block, flat=flat)
+                    k_block, row_step)
 
 
 # Column tiles of one intrinsic call, at most: the tile configuration (ldtilecfg) is loaded once
@@ -666,8 +646,7 @@ def _amx_column_group(tile: _AmxTile, row_tiles: int | None, column_blocks: int 
     channels, 6 MB of bf16) was read again from L3 for every block of columns. The group
     divides the blocks: split unevenly, the tile's block would need a guard, and tensorize
     takes none."""
-    if tile.conv is not None or tile.flat is not None or row_tiles is None or \
-            column_blocks is None:
+    if tile.conv is not None or row_tiles is None or column_blocks is None:
         return None
     value_bytes = amx_intrinsics.KINDS[tile.kind].value_bytes
     rows_bytes = row_tiles * tile.a_tiles * tile.rows * tile.reduction * value_bytes

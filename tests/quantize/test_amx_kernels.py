@@ -237,7 +237,7 @@ def test_amx_conv_matches_numpy(shape, kernel, oc, stride, pad, dilation):
 ])
 def test_amx_flat_conv_matches_numpy(shape, kernel, oc, pad, dilation, positions):
     """dot_kernels.conv2d_flat on AMX tiles of 16 consecutive positions of the flattened
-    padded image (amx_intrinsics.register_flat_conv): its real outputs, ReLU applied, against
+    padded image (amx_intrinsics.register_conv's row_step): its real outputs, ReLU applied, against
     numpy's conv of the bf16-rounded operands; the output's guard elements untouched."""
     x = RNG.standard_normal(shape).astype(np.float32)
     w = RNG.standard_normal((*kernel, shape[-1], oc)).astype(np.float32)
@@ -251,7 +251,8 @@ def test_amx_flat_conv_matches_numpy(shape, kernel, oc, pad, dilation, positions
                 if sch.get(info.block_rv).name_hint == "aotc_bf16_contract")
     tile = cpu_dot._amx_tile(sch, main, k.BF16)
     row_step = dilation * (shape[2] + pad[1] + pad[3]) if kernel[0] > 1 else 0
-    assert tile.flat == (*kernel, row_step, dilation) and (tile.a_tiles, tile.rows) == (2, 16)
+    assert (tile.conv, tile.row_step) == ((*kernel, 1, 0, dilation), row_step) and \
+        (tile.a_tiles, tile.rows) == (2, 16)
     lib = build_scheduled(PackedDot(), te.create_prim_func([xt, wt, out]), AMX_TARGET,
                           "tdpbf16ps")
     _skip_unless_amx("bf16")
