@@ -8,7 +8,8 @@ import onnx
 import pytest
 import tvm
 from helpers import check_against_onnxruntime
-from kernel_helpers import against_unmapped_pages, build_scheduled, exit_code_in_child
+from kernel_helpers import (against_unmapped_pages, build_scheduled, exit_code_in_child,
+                            skip_unless_runs_here)
 from onnx import TensorProto, helper
 from tvm import te, topi
 from tvm.script import tirx as T
@@ -296,6 +297,58 @@ def test_row_wise_elementwise_passes_take_up_to_four_vectors_a_step(row, width):
     assert steps["T_softmax_exp"] == width and steps["T_softmax_norm"] == width, steps
     if width is not None:  # the partial max and sum stay one vector of 16
         assert steps["T_softmax_maxelem_rf_update"] == steps["T_softmax_expsum_rf_update"] == 16
+
+
+@T.prim_func(s_tir=True)
+def _padded_96_channels(x: T.Buffer((1, 6, 6, 96), "uint16"),
+                        PadInput: T.Buffer((1, 8, 8, 96), "uint16")):
+    T.func_attr({"tirx.noalias": True})
+    for i0_i1_i2_i3_0_fused in T.parallel(192):
+        for i3_1 in T.vectorized(32):
+            with T.sblock("PadInput"):
+                v_i0 = T.axis.spatial(1, 0)
+                v_i1 = T.axis.spatial(8, i0_i1_i2_i3_0_fused // 24)
+                v_i2 = T.axis.spatial(8, i0_i1_i2_i3_0_fused % 24 // 3)
+                v_i3 = T.axis.spatial(96, i0_i1_i2_i3_0_fused % 3 * 32 + i3_1)
+                T.reads(x[v_i0, v_i1 - 1, v_i2 - 1, v_i3])
+                T.writes(PadInput[v_i0, v_i1, v_i2, v_i3])
+                PadInput[v_i0, v_i1, v_i2, v_i3] = T.if_then_else(
+                    1 <= v_i1 and v_i1 < 7 and 1 <= v_i2 and v_i2 < 7,
+                    x[v_i0, v_i1 - 1, v_i2 - 1, v_i3], T.uint16(0))
+
+
+@pytest.mark.parametrize("channels, dtype, width", [
+    (96, "uint16", 32), (192, "uint16", 64), (48, "uint16", 16), (40, "float32", 8),
+    (128, "uint16", 64), (64, "float32", 64)])
+def test_a_zero_padded_copy_takes_power_of_two_vectors(channels, dtype, width):
+    """The zero-padded copy before a conv reads under an if_then_else; LLVM scalarized such a
+    vector of 96 uint16 lanes (VGG's 112x112 stage, bf16: one vpinsrw and vpextrw per lane,
+    5x the time of a plain copy). Guarded copies take the largest power-of-two vector that
+    divides the channels, up to four vectors of the lanes the rule was given; the other blocks
+    keep their vectors
+    (test_row_wise_elementwise_passes_take_up_to_four_vectors_a_step)."""
+    x = te.placeholder((1, 6, 6, channels), dtype, name="x")
+    func = te.create_prim_func([x, topi.nn.pad(x, [0, 1, 1, 0], [0, 1, 1, 0])])
+    with AVX512:
+        sch = Generic().apply(func, AVX512, False)
+    (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+    loop = sch.get(sch.get_loops(block)[-1])
+    assert loop.kind == tvm.tirx.ForKind.VECTORIZED and int(loop.extent) == width
+    if channels == 96:
+        tvm.ir.assert_structural_equal(sch.mod["main"],
+                                       _padded_96_channels.with_attr("global_symbol", "main"))
+    lib = tvm.compile(sch.mod, target=AVX512)
+    # the kernel's functions (not the runtime's float16 helpers, __truncsfhf2 and the like)
+    kernel = [f for f in lib.mod.inspect_source("asm").split(".type\t")[1:]
+              if not f.startswith("__")]
+    assert kernel and not any("vpinsrw" in f for f in kernel)
+    skip_unless_runs_here(AVX512)
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 60000, (1, 6, 6, channels)).astype(dtype)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.full((1, 8, 8, channels), 7, dtype), dev)
+    lib["main"](tvm.runtime.tensor(data, dev), out)
+    np.testing.assert_array_equal(out.numpy(), np.pad(data, ((0, 0), (1, 1), (1, 1), (0, 0))))
 
 
 def _transposing_copy_func(shape, perm, pad=0):

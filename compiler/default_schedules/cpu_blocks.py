@@ -160,6 +160,8 @@ def schedule_injective_block(sch: s_tir.Schedule, block, lanes: int) -> None:
         inner_ext = _extent(sch, loops[-1])
         if inner_ext and inner_ext >= 4 and len(loops) > 1:
             factor = _largest_divisor(inner_ext, lanes * WIDE_VECTORS, lanes)
+            if guarded_load(sch, block):
+                factor = _power_of_two_divisor(inner_ext, lanes * WIDE_VECTORS)
             if factor > 1:
                 contiguous = transposed_read_axis(sch, block)
                 outer, inner = sch.split(loops[-1], factors=[None, factor])
@@ -194,6 +196,23 @@ def worth_parallel(work: int | None) -> bool:
 def parallel_pays(sch: s_tir.Schedule, block) -> bool:
     """Whether the loops around ``block`` go to the thread pool (worth_parallel)."""
     return worth_parallel(loop_nest_work(sch, block))
+
+
+def _power_of_two_divisor(extent: int, limit: int) -> int:
+    """The largest power of two that divides ``extent``, at most ``limit``."""
+    factor = 1
+    while extent % (2 * factor) == 0 and 2 * factor <= limit:
+        factor *= 2
+    return factor
+
+
+def guarded_load(sch, block) -> bool:
+    """Whether the block's value reads under an ``if_then_else`` (a zero-padded copy: the read
+    is made only inside the bounds). LLVM scalarizes such a vector of a length that is not a
+    power of two (a pixel's 96 channels of uint16: a <96 x i16> load under a branch became
+    one vpinsrw per lane), so those blocks take power-of-two vectors."""
+    value = getattr(sch.get(block).body, "value", None)
+    return value is not None and "prim.if_then_else" in _called_ops(value)
 
 
 def touches_bool(sch, block) -> bool:
