@@ -83,11 +83,13 @@ def schedule(spec: TargetSpec):
     def steps(_options: CompileOptions) -> list[Step]:
         # CPU kernels: lane-guarded vector loops run whole vectors where they can; tile
         # intrinsics that sum from zero write no zeros first and load their configuration
-        # once per task; pad kernels' producers write the padded rows themselves
+        # once per task; pad kernels' producers write the padded rows themselves, and convs'
+        # producers their padded image
         vectors = [Step(passes.WholeVectorPredicates(), 1),
                    Step(passes.DropOverwrittenInits(), 1),
                    Step(passes.HoistTileConfigs(), 1),
-                   Step(passes.PaddedRowsInProducer(), 1)] if spec.schedule_rules == "cpu" else []
+                   Step(passes.PaddedRowsInProducer(), 1),
+                   Step(passes.PaddedImageInProducer(), 1)] if spec.schedule_rules == "cpu" else []
         return [Step(default_schedule_pass(spec, _options.schedules), 1), *vectors,
                 # after the last FoldConstant, so that nothing folds the result back
                 Step(passes.MaterializeEmptyConstants(), REQUIRED,

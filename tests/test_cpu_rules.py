@@ -8,8 +8,12 @@ import onnx
 import pytest
 import tvm
 from helpers import check_against_onnxruntime
-from kernel_helpers import (against_unmapped_pages, build_scheduled, exit_code_in_child,
-                            skip_unless_runs_here)
+from kernel_helpers import (
+    against_unmapped_pages,
+    build_scheduled,
+    exit_code_in_child,
+    skip_unless_runs_here,
+)
 from onnx import TensorProto, helper
 from tvm import te, topi
 from tvm.script import tirx as T

@@ -39,6 +39,7 @@ from .lowering import (
     HalfInFloat32,
     HoistTileConfigs,
     MaterializeEmptyConstants,
+    PaddedImageInProducer,
     PaddedRowsInProducer,
     WholeVectorPredicates,
 )
@@ -51,7 +52,8 @@ __all__ = ["cleanup", "fusion",
            "FoldRemainingConstants",
            "GuardIndices", "HalfInFloat32", "HoistTileConfigs", "LegalizeDynamicSlices",
            "LiftMinMaxCallTIR",
-           "MaterializeEmptyConstants", "PaddedRowsInProducer", "RemoveIdentityBroadcast",
+           "MaterializeEmptyConstants", "PaddedImageInProducer", "PaddedRowsInProducer",
+           "RemoveIdentityBroadcast",
            "RemoveIdentityCast",
            "RemoveInferenceDropout",
            "SumOfStackToAdd", "WholeInputPooling", "WholeVectorPredicates"]

@@ -21,6 +21,7 @@ from .hoisted_tile_configs import HoistTileConfigs
 from .materialize_empty_constants import MaterializeEmptyConstants
 from .ordered_shape_stores import OrderShapeFuncStores
 from .overwritten_inits import DropOverwrittenInits
+from .padded_image_in_producer import PaddedImageInProducer
 from .padded_rows_in_producer import PaddedRowsInProducer
 from .scalar_kernels_apart import ScalarKernelsApart
 from .self_contained_kernels import SelfContainedKernels
@@ -59,7 +60,7 @@ def steps(options: CompileOptions) -> list[Step]:
 
 __all__ = ["DropOverwrittenInits", "GuardIndices", "HalfInFloat32", "HoistTileConfigs",
            "MaterializeEmptyConstants",
-           "OrderShapeFuncStores", "PaddedRowsInProducer",
+           "OrderShapeFuncStores", "PaddedImageInProducer", "PaddedRowsInProducer",
            "ScalarKernelsApart",
            "SelfContainedKernels", "SortScalarParams", "WholeVectorPredicates",
            "VECTOR_MATH_LEVEL",
