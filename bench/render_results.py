@@ -291,6 +291,11 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
     "peers_amx_resnet50_flat_conv": (
         "Sapphire Rapids host: ResNet-50 with its 14x14 and 7x7 bf16 convs over the flattened "
         "padded image, 4 rounds", peers_table),
+    "peers_amx_issue35_padded_image": (
+        "Sapphire Rapids host: the seven architectures of issue 35's table with padded copies "
+        "in power-of-two vectors and convs reading their padded input in place, 4 rounds",
+        peers_table),
+    "peers_amx_vgg16": ("Sapphire Rapids host: VGG-16 with batch norm, 4 rounds", peers_table),
     "quantize_amx": ("Sapphire Rapids host: int8, bf16 and fp16 against float32 and "
                      "onnxruntime's int8, AMX kernels", quantize_table),
     "generate": ("Generation with a KV cache", generate_table),

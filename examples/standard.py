@@ -2,10 +2,10 @@
 MobileNetV3-Large, EfficientNet-B0, ConvNeXt-T, ViT-B/16, BERT-base and GPT-2 small (128
 tokens), and Whisper-base's encoder (1,500 frames); and Swin-T, wav2vec2-base (one second of
 16 kHz audio), a 12-layer Llama-style decoder (768 wide, grouped-query attention, 128 tokens)
-and T5-small's encoder (128 tokens).
+and T5-small's encoder (128 tokens); and VGG-16 with batch norm.
 
-transformers builds every one but MobileNetV3-Large from its config (no hub access);
-MobileNetV3-Large is written here after its paper's table (torchvision is not available).
+transformers builds every one but MobileNetV3-Large and VGG-16 from its config (no hub
+access); those two are written here after their papers (torchvision is not available).
 Every model takes batch 1 and fixed shapes, and returns one tensor (logits, or the last hidden
 state for BERT, Whisper's encoder, wav2vec2, the Llama-style decoder and T5's encoder).
 
@@ -105,6 +105,32 @@ class MobileNetV3Large(nn.Module):
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
+class VGG16BN(nn.Module):
+    """VGG-16 with batch norm (Simonyan and Zisserman 2014, configuration D; batch norm after
+    each conv as torchvision's vgg16_bn): thirteen 3x3 convs of 64 to 512 channels in five
+    stages (224, 112, 56, 28 and 14 pixels) with max pools between them, then three fully
+    connected layers (25,088 -> 4,096 -> 4,096 -> 1,000): 138 M weights, 102 M of them in the
+    first."""
+
+    STAGES = [(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)]
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        layers, cin = [], 3
+        for cout, convs in self.STAGES:
+            for _ in range(convs):
+                layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU()]
+                cin = cout
+            layers.append(nn.MaxPool2d(2))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Dropout(),
+                                        nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(),
+                                        nn.Linear(4096, classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
 def _image(size: int = 224) -> tuple[torch.Tensor, ...]:
     return (torch.randn(1, 3, size, size),)
 
@@ -160,6 +186,8 @@ MODELS = {
     "t5_small_encoder": (lambda: _hf("T5EncoderModel", "T5Config",
                                      ("input_ids", "attention_mask")),
                          lambda: _tokens(32128), ("input_ids", "attention_mask")),
+    # a plain deep CNN: stacked 3x3 convs at every scale and a weight-bound classifier
+    "vgg16_bn": (VGG16BN, _image, ("input",)),
 }
 
 
