@@ -295,6 +295,9 @@ RENDERERS: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
         "Sapphire Rapids host: the seven architectures of issue 35's table with padded copies "
         "in power-of-two vectors and convs reading their padded input in place, 4 rounds",
         peers_table),
+    "peers_amx_resnet50_bf16_8_rounds": (
+        "Sapphire Rapids host: ResNet-50 bf16 against OpenVINO's default, 8 rounds",
+        peers_table),
     "peers_amx_vgg16": ("Sapphire Rapids host: VGG-16 with batch norm, 4 rounds", peers_table),
     "quantize_amx": ("Sapphire Rapids host: int8, bf16 and fp16 against float32 and "
                      "onnxruntime's int8, AMX kernels", quantize_table),
