@@ -83,8 +83,11 @@ def bf16_value(bits):
 
 def bf16_rounded_bits(value):
     """The bfloat16 bits (uint16) of a float32 expression, rounded to nearest even (as
-    vcvtneps2bf16 and numpy's ml_dtypes do); infinities stay, NaNs stay NaNs, overflow rounds
-    to infinity."""
+    vcvtneps2bf16 and numpy's ml_dtypes do); infinities stay, overflow rounds to infinity, and
+    NaNs stay NaNs where their payload reaches the upper 7 bits of the mantissa (every NaN
+    arithmetic makes: its quiet bit is one of them). A NaN whose payload lies only in the low
+    16 bits (a signalling NaN written bit by bit) rounds to an infinity, where
+    vcvtneps2bf16 would give a quiet NaN."""
     u = tirx.reinterpret("uint32", value)
     odd = (u >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
     return ((u + tirx.const(0x7FFF, "uint32") + odd) >> tirx.const(16, "uint32")).astype(
@@ -106,10 +109,29 @@ def add_bf16_bits(x: te.Tensor, bits: te.Tensor) -> te.Tensor:
     return te.compute(x.shape, lambda *i: x(*i) + bf16_value(bits(*i)), name="aotc_add_bf16")
 
 
+# Values bf16_bits converts at a time: its temporaries stay in L2; a whole layer at once
+# (VGG-16's first classifier layer, 102 M values) was several times slower
+# (docs/design/measurements.md)
+_BF16_CHUNK = 1 << 18
+
+
 def bf16_bits(values: np.ndarray) -> np.ndarray:
-    """numpy twin of to_bf16_bits, for weights at compile time."""
-    u = np.ascontiguousarray(values, np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    """numpy twin of to_bf16_bits, for weights at compile time: the same sum, (u + 0x7FFF +
+    odd) >> 16, taken as the upper half plus the carry out of the lower one so that it stays
+    in uint32, a chunk at a time."""
+    values = np.ascontiguousarray(values, np.float32)
+    flat = values.reshape(-1).view(np.uint32)
+    out = np.empty(flat.shape, np.uint16)
+    for start in range(0, flat.size, _BF16_CHUNK):
+        u = flat[start:start + _BF16_CHUNK]
+        high = u >> 16
+        low = u & np.uint32(0xFFFF)
+        low += np.uint32(0x7FFF)
+        low += high & np.uint32(1)
+        low >>= 16
+        high += low
+        out[start:start + _BF16_CHUNK] = high
+    return out.reshape(values.shape)
 
 
 def _round_up(value: int, multiple: int) -> int:

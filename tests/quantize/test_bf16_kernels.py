@@ -83,6 +83,27 @@ def test_rounding_matches_ml_dtypes():
     assert np.isnan(nan.astype(np.float32)).all()
 
 
+def test_numpy_rounding_is_the_kernels_on_any_bits():
+    """bf16_bits (weights at compile time, a chunk at a time in uint32) and to_bf16_bits (the
+    kernels) give the same bits for any float32 bit pattern, NaNs with any payload, the top of
+    the range (0xFFFF8000 and up, where a uint32 sum would carry out) and values across chunk
+    boundaries included; a scalar gives one value, as an array of one."""
+    bits = np.concatenate([
+        RNG.integers(0, 2**32, 3 * k._BF16_CHUNK + 17, dtype=np.uint64).astype(np.uint32),
+        np.array([0x7F800001, 0x7FC00000, 0xFF800001, 0xFFFF8000, 0xFFFF7FFF, 0xFFFFFFFF,
+                  0x7F7F8000, 0x3F808000, 0x3F818000, 0x00008000, 0x80008000], np.uint32)])
+    values = bits.view(np.float32)
+    wider = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    np.testing.assert_array_equal(k.bf16_bits(values), wider)
+    np.testing.assert_array_equal(k.bf16_bits(values.reshape(1, -1, 1)), wider.reshape(1, -1, 1))
+    xt = te.placeholder(values.shape, "float32", "x")
+    lib = tvm.compile(te.create_prim_func([xt, k.to_bf16_bits(xt)]), target="llvm")
+    got = tvm.runtime.tensor(np.zeros(values.shape, np.uint16))
+    lib["main"](tvm.runtime.tensor(values), got)
+    np.testing.assert_array_equal(got.numpy(), wider)
+    assert k.bf16_bits(np.float32(1.5)).tolist() == [0x3FC0]
+
+
 def test_rule_declines_without_bf16():
     xt = te.placeholder((1, 4, 4, 16), "uint16", "x")
     wt = te.placeholder((1, 1, 1, 8, 16, 2), "uint16", "w")
