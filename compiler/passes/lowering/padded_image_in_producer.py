@@ -17,10 +17,11 @@ values the conv reads are the ones its pad block wrote, bit for bit.
 Which: a consumer whose top-level loop nest holds only its ``PAD_BLOCK``, storing
 ``if_then_else(inside, image[i - top, j - left, ...], value)`` with constant offsets into a
 buffer of the image's rank and channels (a spatial pad only: a channel pad to the packing
-group would need a fill inside every pixel), where the image is a parameter no other block
-reads; a producer that is a ``call_tir`` nothing else reads, of a static output shape without
-strides. Kernels shared with other call sites are copied (``<name>_padded_out``,
-``<name>_padded_in``), the other sites keep the originals.
+group would need a fill inside every pixel), ``inside`` true on the image's box and false
+just outside it on every axis (evaluated at the box's edges), where the image is a parameter
+no other block reads; a producer that is a ``call_tir`` nothing else reads, of a static
+output shape without strides. Kernels shared with other call sites are copied
+(``<name>_padded_out``, ``<name>_padded_in``), the other sites keep the originals.
 
 Where: the schedule phase's end, after PaddedRowsInProducer: tuning sees and records the
 kernels of the lowered module, unchanged; the appended border stores are a few rows and
