@@ -1,7 +1,8 @@
 """Helpers for the pass and model tests: the Relax ops a module's ``main`` calls, in order;
-the IR node types of its kernels; running ``main`` unscheduled; comparing reduced-precision
-outputs with a reference; building an attention chain and 1x1 convs with random weights;
-the kernels and packed weights of a converted module."""
+the IR node types of its kernels; running ``main`` unscheduled; running its outputs, or one
+kernel alone, as built; comparing reduced-precision outputs with a reference; building an
+attention chain and 1x1 convs with random weights; the kernels and packed weights of a
+converted module."""
 
 import json
 
@@ -45,6 +46,24 @@ def run_main(mod: tvm.IRModule, x, mcpu: str = "x86-64"):
         mod = relax.transform.LegalizeOps()(mod)
     vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
     return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def run_main_outputs(mod: tvm.IRModule, x) -> list[np.ndarray]:
+    """The outputs (a tuple) of ``mod``'s main on ``x`` (numpy), built as it is for plain
+    llvm."""
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    return [t.numpy() for t in vm["main"](tvm.runtime.tensor(x))]
+
+
+def kernel_into(mod: tvm.IRModule, name: str, x, out) -> np.ndarray:
+    """Kernel ``name`` of ``mod`` alone, built for plain llvm, run on ``x`` into a buffer
+    that holds ``out`` first (numpy both); what that buffer holds after."""
+    lib = tvm.compile(tvm.IRModule({"main": mod[name].with_attr("global_symbol", "main")}),
+                      target=tvm.target.Target({"kind": "llvm"}))
+    result = tvm.runtime.tensor(out)
+    lib["main"](tvm.runtime.tensor(x), result)
+    return result.numpy()
 
 
 def assert_lanes_keep_numbers(make_pass, before: tvm.IRModule, x, lanes, tolerance: float):

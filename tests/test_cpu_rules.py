@@ -325,11 +325,10 @@ def _padded_96_channels(x: T.Buffer((1, 6, 6, 96), "uint16"),
     (96, "uint16", 32), (192, "uint16", 64), (48, "uint16", 16), (40, "float32", 8),
     (128, "uint16", 64), (64, "float32", 64)])
 def test_a_zero_padded_copy_takes_power_of_two_vectors(channels, dtype, width):
-    """The zero-padded copy before a conv reads under an if_then_else; LLVM scalarized such a
-    vector of 96 uint16 lanes (VGG's 112x112 stage, bf16: one vpinsrw and vpextrw per lane,
-    5x the time of a plain copy). Guarded copies take the largest power-of-two vector that
-    divides the channels, up to four vectors of the lanes the rule was given; the other blocks
-    keep their vectors
+    """The zero-padded copy before a conv reads under an if_then_else; LLVM scalarizes such a
+    vector of 96 uint16 lanes (VGG's 112x112 stage, bf16: one vpinsrw and vpextrw per lane).
+    Guarded copies take the largest power-of-two vector that divides the channels, up to four
+    vectors of the lanes the rule was given; the other blocks keep their vectors
     (test_row_wise_elementwise_passes_take_up_to_four_vectors_a_step)."""
     x = te.placeholder((1, 6, 6, channels), dtype, name="x")
     func = te.create_prim_func([x, topi.nn.pad(x, [0, 1, 1, 0], [0, 1, 1, 0])])

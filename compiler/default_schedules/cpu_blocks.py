@@ -209,8 +209,8 @@ def _power_of_two_divisor(extent: int, limit: int) -> int:
 def guarded_load(sch, block) -> bool:
     """Whether the block's value reads under an ``if_then_else`` (a zero-padded copy: the read
     is made only inside the bounds). LLVM scalarizes such a vector of a length that is not a
-    power of two (a pixel's 96 channels of uint16: a <96 x i16> load under a branch became
-    one vpinsrw per lane), so those blocks take power-of-two vectors."""
+    power of two (a pixel's 96 channels of uint16: a <96 x i16> load under a branch is one
+    vpinsrw per lane), so those blocks take power-of-two vectors."""
     value = getattr(sch.get(block).body, "value", None)
     return value is not None and "prim.if_then_else" in _called_ops(value)
 

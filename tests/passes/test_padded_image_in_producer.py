@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
-from relax_helpers import assert_matches
+from relax_helpers import assert_matches, kernel_into, run_main_outputs
 from tvm import relax, te, tirx
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -163,12 +163,6 @@ class Expected:
         return gv
 
 
-def _run(mod: tvm.IRModule, x: np.ndarray) -> list[np.ndarray]:
-    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
-                              tvm.cpu())
-    return [t.numpy() for t in vm["main"](tvm.runtime.tensor(x))]
-
-
 def test_the_producer_writes_the_padded_image():
     tvm.ir.assert_structural_equal(PaddedImageInProducer()(_module()), Expected)
 
@@ -179,15 +173,12 @@ def test_numbers_match_the_original(value):
     before = _module(value)
     after = PaddedImageInProducer()(before)
     assert "taps_padded_in" in [gv.name_hint for gv in after.get_global_vars()]
-    for got, want in zip(_run(after, x), _run(before, x)):
+    for got, want in zip(run_main_outputs(after, x), run_main_outputs(before, x)):
         np.testing.assert_array_equal(got, want)
     # the kernel alone, into a buffer that holds NaN first: it stores the border itself
-    lib = tvm.compile(tvm.IRModule({"main": after["double_padded_out"].with_attr(
-        "global_symbol", "main")}), target=tvm.target.Target({"kind": "llvm"}))
-    out = tvm.runtime.tensor(np.full((1, 6, 8, 3), np.nan, np.float32))
-    lib["main"](tvm.runtime.tensor(x), out)
+    got = kernel_into(after, "double_padded_out", x, np.full((1, 6, 8, 3), np.nan, np.float32))
     want = np.pad(2 * x, ((0, 0), (1, 1), (2, 1), (0, 0)), constant_values=value)
-    np.testing.assert_array_equal(out.numpy(), want)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("module", [_module(producer_read_twice=True), _module(channels=1),

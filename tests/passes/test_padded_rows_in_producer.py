@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
-from relax_helpers import assert_matches
+from relax_helpers import assert_matches, kernel_into, run_main_outputs
 from tvm import relax, te
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -111,12 +111,6 @@ class Expected:
         return gv
 
 
-def _run(mod: tvm.IRModule, x: np.ndarray) -> list[np.ndarray]:
-    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
-                              tvm.cpu())
-    return [t.numpy() for t in vm["main"](tvm.runtime.tensor(x))]
-
-
 def test_the_producer_writes_the_padded_rows():
     before = _module()
     assert "pad_rows" in [gv.name_hint for gv in before.get_global_vars()]
@@ -127,16 +121,13 @@ def test_numbers_match_the_original():
     x = RNG.standard_normal((1, 6, 8)).astype(np.float32) + 10.0
     before = _module()
     after = PaddedRowsInProducer()(before)
-    want = _run(before, x)
+    want = run_main_outputs(before, x)
     assert want[0][0, 1, 2:].max() == 0.0  # rows 6 and 7: padding
-    for got, w in zip(_run(after, x), want):
+    for got, w in zip(run_main_outputs(after, x), want):
         np.testing.assert_array_equal(got, w)
     # the kernel alone, into a buffer that holds NaN first: it writes the zeros itself
-    lib = tvm.compile(tvm.IRModule({"main": after["double_padded"].with_attr(
-        "global_symbol", "main")}), target=tvm.target.Target({"kind": "llvm"}))
-    out = tvm.runtime.tensor(np.full((1, 8, 8), np.nan, np.float32))
-    lib["main"](tvm.runtime.tensor(x), out)
-    np.testing.assert_array_equal(out.numpy(), np.concatenate(
+    got = kernel_into(after, "double_padded", x, np.full((1, 8, 8), np.nan, np.float32))
+    np.testing.assert_array_equal(got, np.concatenate(
         [2 * x, np.zeros((1, 2, 8), np.float32)], axis=1))
 
 

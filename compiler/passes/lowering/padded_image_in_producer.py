@@ -38,7 +38,16 @@ from ...default_schedules.cpu_blocks import renew_definitions
 from ...dot_kernels import PAD_BLOCK
 from ...frontends.relax_shapes import static_shape
 from ...relax_walk import mutate_functions, value_uses
-from .padded_rows_in_producer import _call_tir_parts
+from .producer_rewrites import (
+    call_tir_parts,
+    fill,
+    renamed,
+    root_block,
+    statements,
+    static_buffer_shape,
+    with_root_block,
+    with_shape,
+)
 
 
 class _Pad:
@@ -59,13 +68,6 @@ def _blocks_in(stmt: tirx.Stmt) -> list:
     return found
 
 
-def _root(func: tirx.PrimFunc):
-    body = func.body
-    if isinstance(body, s_tir.SBlockRealize) and not body.iter_values:
-        return body.block
-    return None
-
-
 def _reads_of(blocks, buffer) -> int:
     return sum(1 for block in blocks for region in block.reads if region.source.same_as(buffer))
 
@@ -73,7 +75,7 @@ def _reads_of(blocks, buffer) -> int:
 def find_pad(func: tirx.PrimFunc) -> _Pad | None:
     """The zero-padding copy at the start of ``func`` that PaddedImageInProducer can drop, or
     None (see the module docstring for what qualifies)."""
-    root = _root(func)
+    root = root_block(func)
     if root is None or not isinstance(root.body, tirx.SeqStmt):
         return None
     everything = _blocks_in(root.body)
@@ -97,8 +99,8 @@ def find_pad(func: tirx.PrimFunc) -> _Pad | None:
         if len(params) != 1 or not any(b.same_as(padded) for b in root.alloc_buffers) or \
                 _reads_of(everything, load.source) != 1:
             return None
-        shape = static_shape_of(padded)
-        image = static_shape_of(load.source)
+        shape = static_buffer_shape(padded)
+        image = static_buffer_shape(load.source)
         iters = [iv.var for iv in block.iter_vars]
         # every element stored once: an iteration variable an axis, or 0 on a unit axis
         if shape is None or image is None or len(shape) != len(image) or \
@@ -149,13 +151,6 @@ def _selects_the_image(condition, indices, offsets: list[int], image: list[int],
     return True
 
 
-def static_shape_of(buffer) -> list[int] | None:
-    shape = buffer.ty.shape
-    if not all(isinstance(d, tirx.IntImm) for d in shape):
-        return None
-    return [int(d) for d in shape]
-
-
 def _border(out, shape: list[int], offsets: list[int], inner: list[int], value, dtype: str
             ) -> list[tirx.Stmt]:
     """Loop nests that store ``value`` into every element of ``out`` (of ``shape``) outside
@@ -171,24 +166,9 @@ def _border(out, shape: list[int], offsets: list[int], inner: list[int], value, 
             lows = [offsets[k] if k < axis else 0 for k in range(len(shape))]
             extents = [inner[k] if k < axis else shape[k] for k in range(len(shape))]
             lows[axis], extents[axis] = start, stop - start
-            nests.append(_fill(out, lows, extents, value, dtype))
+            nests.append(fill(out, lows, extents, value.value, dtype,
+                              "padded_image_border", "b"))
     return nests
-
-
-def _fill(out, lows: list[int], extents: list[int], value, dtype: str) -> tirx.Stmt:
-    loops = [tirx.Var(f"b{k}", dtype) for k in range(len(lows))]
-    iters = [tirx.IterVar(tvm.ir.Range.from_min_extent(tirx.const(0, dtype),
-                                                       tirx.const(e, dtype)),
-                          tirx.Var(f"v_b{k}", dtype), 0) for k, e in enumerate(extents)]
-    index = [it.var + tirx.const(low, dtype) for it, low in zip(iters, lows)]
-    block = s_tir.SBlock(iters, [], [out[tuple(slice(i, i + 1) for i in index)]],
-                         "padded_image_border",
-                         tirx.BufferStore(out, tirx.const(value.value, out.ty.dtype), index))
-    stmt: tirx.Stmt = s_tir.SBlockRealize(loops, True, block)
-    for var, extent in reversed(list(zip(loops, extents))):
-        stmt = tirx.For(var, tirx.const(0, dtype), tirx.const(extent, dtype),
-                        tirx.ForKind.SERIAL, stmt)
-    return stmt
 
 
 def writes_into_padded(func: tirx.PrimFunc, pad: _Pad) -> tirx.PrimFunc | None:
@@ -198,60 +178,37 @@ def writes_into_padded(func: tirx.PrimFunc, pad: _Pad) -> tirx.PrimFunc | None:
     image, or its strides are explicit."""
     out = func.params[-1]
     t = out.ty
-    shape = static_shape_of(out)
-    root = _root(func)
+    shape = static_buffer_shape(out)
+    root = root_block(func)
     if shape is None or len(t.strides) or root is None or \
             len(shape) != len(pad.shape) or \
             any(o + e > s for o, e, s in zip(pad.offsets, shape, pad.shape)):
         return None
     dtype = str(t.shape[0].ty)
-    padded = tirx.Var(out.name, tirx.BufferType(
-        t.dtype, t.storage_scope, [tirx.const(e, dtype) for e in pad.shape], t.strides,
-        t.elem_offset, t.data_alignment, t.offset_factor, t.layout, t.allocated_addr))
+    padded = with_shape(out, pad.shape, dtype)
     view = tirx.Var(f"{out.name}_inside", tirx.BufferType(
         t.dtype, t.storage_scope, t.shape,
         [tirx.Var(f"s{k}", dtype) for k in range(len(shape))], tirx.Var("elem_offset", dtype),
         t.data_alignment, 1, t.layout, t.allocated_addr))
     func = renew_definitions(func, {out: view})
-    root = _root(func)
+    root = root_block(func)
     region = padded[tuple(slice(o, o + e) for o, e in zip(pad.offsets, shape))]
     border = _border(padded, pad.shape, pad.offsets, shape, pad.value, dtype)
-    block = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint,
-                         _sequence([*_items(root.body), *border]), root.init, root.alloc_buffers,
-                         [*root.match_buffers, s_tir.MatchBufferRegion(view, region)],
-                         root.annotations)
-    params = [*func.params[:-1], padded]
-    return tirx.PrimFunc(params, s_tir.SBlockRealize([], True, block), func.ret_type,
-                         func.attrs)
+    return with_root_block(
+        func, params=[*func.params[:-1], padded], body=[*statements(root.body), *border],
+        match_buffers=[*root.match_buffers, s_tir.MatchBufferRegion(view, region)])
 
 
 def reads_padded(func: tirx.PrimFunc, pad: _Pad) -> tirx.PrimFunc:
     """``func`` with its image parameter replaced by the padded buffer its pad block wrote,
     and that block's loop nest and allocation gone."""
-    root = _root(func)
-    body = _sequence([s for s in root.body.seq if not s.same_as(pad.nest)])
-    allocs = [b for b in root.alloc_buffers if not b.same_as(pad.buffer)]
-    block = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, body,
-                         root.init, allocs, root.match_buffers, root.annotations)
+    root = root_block(func)
     params = list(func.params)
     params[pad.param] = pad.buffer
     # fresh variables: the original stays in the module for its other call sites
-    return renew_definitions(tirx.PrimFunc(params, s_tir.SBlockRealize([], True, block),
-                                           func.ret_type, func.attrs))
-
-
-def _items(stmt: tirx.Stmt) -> list:
-    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
-
-
-def _sequence(stmts: list) -> tirx.Stmt:
-    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
-
-
-def _renamed(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
-    if func.attrs is not None and "global_symbol" in func.attrs:
-        return func.with_attr("global_symbol", name)
-    return func
+    return renew_definitions(with_root_block(
+        func, params=params, body=[s for s in root.body.seq if not s.same_as(pad.nest)],
+        alloc_buffers=[b for b in root.alloc_buffers if not b.same_as(pad.buffer)]))
 
 
 @relax.expr_functor.mutator
@@ -287,7 +244,7 @@ class _Rewriter(relax.PyExprMutator):
         return self.pads[gv.name_hint]
 
     def _read_in_place(self, binding):
-        consumer = _call_tir_parts(binding.value)
+        consumer = call_tir_parts(binding.value)
         if consumer is None:
             return None
         pad = self._pad_of(consumer[0])
@@ -297,7 +254,7 @@ class _Rewriter(relax.PyExprMutator):
         original = self.values.get(source) if isinstance(source, relax.DataflowVar) else None
         if original is None or original not in self.single_use:
             return None
-        producer = _call_tir_parts(self.rewritten.get(source, original))
+        producer = call_tir_parts(self.rewritten.get(source, original))
         if producer is None:
             return None
         func = self._func(producer[0])
@@ -311,11 +268,11 @@ class _Rewriter(relax.PyExprMutator):
             if new_func is None:
                 return None
             name = f"{producer[0].name_hint}_padded_out"
-            self.made[key] = self.builder_.add_func(_renamed(new_func, name), name)
+            self.made[key] = self.builder_.add_func(renamed(new_func, name), name)
         key_in = ("in", consumer[0].name_hint)
         if key_in not in self.made:
             name = f"{consumer[0].name_hint}_padded_in"
-            new_func = _renamed(reads_padded(self._func(consumer[0]), pad), name)
+            new_func = renamed(reads_padded(self._func(consumer[0]), pad), name)
             self.made[key_in] = self.builder_.add_func(new_func, name)
         args = [self.visit_expr(a) for a in producer[1]]
         written = self.builder_.emit(relax.call_tir(

@@ -26,31 +26,22 @@ stores."""
 from __future__ import annotations
 
 import tvm
-from tvm import relax, s_tir, tirx
+from tvm import relax, tirx
 
 from ...default_schedules.cpu_blocks import renew_definitions
 from ...frontends.relax_shapes import static_shape
 from ...relax_walk import mutate_functions, value_uses
 from ...symbolic_padding import PAD_ROWS
-
-
-def _zero_rows(out: tirx.Var, shape: list[int], axis: int, rows: int, dtype: str
-               ) -> tirx.Stmt:
-    """A loop nest that stores zero into ``out``'s rows ``rows``.. along ``axis`` (indices of
-    type ``dtype``, as its shape's)."""
-    extents = [tirx.const(e - rows if k == axis else e, dtype) for k, e in enumerate(shape)]
-    loops = [tirx.Var(f"z{k}", dtype) for k in range(len(shape))]
-    iters = [tirx.IterVar(tvm.ir.Range.from_min_extent(tirx.const(0, dtype), e),
-                          tirx.Var(f"v_z{k}", dtype), 0) for k, e in enumerate(extents)]
-    index = [it.var + tirx.const(rows, dtype) if k == axis else it.var
-             for k, it in enumerate(iters)]
-    block = s_tir.SBlock(iters, [], [out[tuple(slice(i, i + 1) for i in index)]],
-                         "padded_rows_zero",
-                         tirx.BufferStore(out, tirx.const(0, out.ty.dtype), index))
-    stmt: tirx.Stmt = s_tir.SBlockRealize(loops, True, block)
-    for var, extent in reversed(list(zip(loops, extents))):
-        stmt = tirx.For(var, tirx.const(0, dtype), extent, tirx.ForKind.SERIAL, stmt)
-    return stmt
+from .producer_rewrites import (
+    call_tir_parts,
+    fill,
+    renamed,
+    root_block,
+    statements,
+    static_buffer_shape,
+    with_root_block,
+    with_shape,
+)
 
 
 def writes_padded(func: tirx.PrimFunc, axis: int, padded: int) -> tirx.PrimFunc | None:
@@ -58,37 +49,23 @@ def writes_padded(func: tirx.PrimFunc, axis: int, padded: int) -> tirx.PrimFunc 
     ``axis`` has ``padded`` rows, the rows past its own extent zero; None where its output
     shape is not static or its strides are explicit (they would no longer match)."""
     out = func.params[-1]
-    if not all(isinstance(d, tirx.IntImm) for d in out.ty.shape):
+    shape = static_buffer_shape(out)
+    if shape is None or not 0 <= axis < len(shape) or shape[axis] >= padded or \
+            len(out.ty.strides):
         return None
-    shape = [int(d) for d in out.ty.shape]
-    if not 0 <= axis < len(shape) or shape[axis] >= padded or len(out.ty.strides):
-        return None
-    rows, t = shape[axis], out.ty
-    dtype = str(t.shape[axis].ty)
+    rows = shape[axis]
+    dtype = str(out.ty.shape[axis].ty)
     new_shape = [padded if k == axis else e for k, e in enumerate(shape)]
-    new_out = tirx.Var(out.name, tirx.BufferType(
-        t.dtype, t.storage_scope, [tirx.const(e, dtype) for e in new_shape], t.strides,
-        t.elem_offset, t.data_alignment, t.offset_factor, t.layout, t.allocated_addr))
+    new_out = with_shape(out, new_shape, dtype)
     # a copy: the original stays in the module for its other call sites
     func = renew_definitions(func, {out: new_out})
-    zeros = _zero_rows(new_out, new_shape, axis, rows, dtype)
-    body = func.body
-    if isinstance(body, s_tir.SBlockRealize) and not body.iter_values:
-        root = body.block
-        block = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint,
-                             tirx.SeqStmt([root.body, zeros]), root.init, root.alloc_buffers,
-                             root.match_buffers, root.annotations)
-        return func.with_body(s_tir.SBlockRealize([], True, block))
-    return func.with_body(tirx.SeqStmt([body, zeros]))
-
-
-def _call_tir_parts(expr):
-    """(global var, arguments) of a plain ``call_tir`` (no shape arguments), else None."""
-    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op) or \
-            expr.op.name != "relax.call_tir" or len(expr.args) != 2 or \
-            not isinstance(expr.args[1], relax.Tuple):
-        return None
-    return expr.args[0], list(expr.args[1].fields)
+    zeros = fill(new_out, [rows if k == axis else 0 for k in range(len(shape))],
+                 [e - rows if k == axis else e for k, e in enumerate(new_shape)], 0, dtype,
+                 "padded_rows_zero", "z")
+    root = root_block(func)
+    if root is not None:
+        return with_root_block(func, body=[*statements(root.body), zeros])
+    return func.with_body(tirx.SeqStmt([func.body, zeros]))
 
 
 @relax.expr_functor.mutator
@@ -109,7 +86,7 @@ class _Rewriter(relax.PyExprMutator):
         self.set_var_remap(binding.var, new)
 
     def _padded_in_producer(self, binding):
-        pad = _call_tir_parts(binding.value)
+        pad = call_tir_parts(binding.value)
         if pad is None or len(pad[1]) != 1 or not isinstance(pad[1][0], relax.DataflowVar):
             return None
         pad_func = self.mod[pad[0]]
@@ -118,7 +95,7 @@ class _Rewriter(relax.PyExprMutator):
             return None
         source = pad[1][0]
         producer_value = self.values.get(source)
-        producer = _call_tir_parts(producer_value)
+        producer = call_tir_parts(producer_value)
         if producer is None or producer_value not in self.single_use:
             return None
         axis = int(pad_func.attrs[PAD_ROWS])
@@ -135,9 +112,7 @@ class _Rewriter(relax.PyExprMutator):
             if new_func is None:
                 return None
             name = f"{producer[0].name_hint}_padded"
-            if new_func.attrs is not None and "global_symbol" in new_func.attrs:
-                new_func = new_func.with_attr("global_symbol", name)
-            self.made[key] = self.builder_.add_func(new_func, name)
+            self.made[key] = self.builder_.add_func(renamed(new_func, name), name)
         written = [padded if k == axis else e for k, e in enumerate(source_shape)]
         args = [self.visit_expr(a) for a in producer[1]]
         out = self.builder_.emit(relax.call_tir(
